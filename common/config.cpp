@@ -1,0 +1,302 @@
+#include "common/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+namespace farm {
+namespace {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+
+// A struct is a section when it has a visit() template; detect it by trying
+// to visit with the loader below (see HasVisit).
+template <class T, class V, class = void>
+struct HasVisit : std::false_type {};
+template <class T, class V>
+struct HasVisit<T, V, std::void_t<decltype(std::declval<T&>().template visit<V>(std::declval<V&>()))>>
+    : std::true_type {};
+
+std::string NodeText(const YAML::Node& node) {
+  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  if (node.IsNull()) return "null";
+  return "an undefined value";
+}
+
+std::string TypeName(const bool*) { return "true or false"; }
+std::string TypeName(const int*) { return "an integer"; }
+std::string TypeName(const int64_t*) { return "an integer"; }
+std::string TypeName(const uint64_t*) { return "a non-negative integer"; }
+std::string TypeName(const double*) { return "a number"; }
+std::string TypeName(const std::string*) { return "a string"; }
+
+void CheckRule(double value, const Rule& rule, const std::string& key, const YAML::Node& node) {
+  bool ok = std::isfinite(value);
+  if (rule.min) ok = ok && (rule.min_exclusive ? value > *rule.min : value >= *rule.min);
+  if (rule.max) ok = ok && value <= *rule.max;
+  if (!ok) throw ConfigError(fmt::format("{}: expected {}, got {}", key, rule.Describe(), NodeText(node)));
+}
+
+// Parses YAML nodes into config structs; only keys present in the node are set.
+class Loader {
+ public:
+  Loader(const YAML::Node& node, std::string prefix) : node_(node), prefix_(std::move(prefix)) {
+    if (!node_.IsMap() && !node_.IsNull())
+      throw ConfigError(fmt::format("{}: expected a mapping of keys, got {}", Where(), NodeText(node_)));
+  }
+
+  template <class T>
+  void operator()(const char* key, T& field, const Rule& rule = {}) {
+    known_.push_back(key);
+    if (!node_.IsMap()) return;
+    const YAML::Node child = node_[key];
+    if (!child.IsDefined()) return;
+    Read(Path(key), child, field, rule);
+  }
+
+  // Rejects keys that no field claimed.
+  void Finish() const {
+    if (!node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      const auto key = kv.first.as<std::string>();
+      if (std::find(known_.begin(), known_.end(), key) == known_.end())
+        throw ConfigError(fmt::format("{}: unknown key; expected one of: {}", Path(key), fmt::join(known_, ", ")));
+    }
+  }
+
+ private:
+  std::string Where() const { return prefix_.empty() ? "(top level)" : prefix_; }
+  std::string Path(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+
+  template <class T>
+  static void ReadScalar(const std::string& key, const YAML::Node& node, T& field) {
+    if (!node.IsScalar()) throw ConfigError(fmt::format("{}: expected {}, got {}", key, TypeName(&field), NodeText(node)));
+    T value{};
+    if (!YAML::convert<T>::decode(node, value))
+      throw ConfigError(fmt::format("{}: expected {}, got {}", key, TypeName(&field), NodeText(node)));
+    field = value;
+  }
+
+  static void Read(const std::string& key, const YAML::Node& node, bool& field, const Rule&) {
+    ReadScalar(key, node, field);
+  }
+  static void Read(const std::string& key, const YAML::Node& node, std::string& field, const Rule& rule) {
+    if (node.IsNull()) {
+      field.clear();
+    } else {
+      ReadScalar(key, node, field);
+    }
+    if (!rule.one_of.empty() && std::find(rule.one_of.begin(), rule.one_of.end(), field) == rule.one_of.end())
+      throw ConfigError(fmt::format("{}: expected {}, got {}", key, rule.Describe(), NodeText(node)));
+  }
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  static void Read(const std::string& key, const YAML::Node& node, T& field, const Rule& rule) {
+    if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false"))
+      throw ConfigError(fmt::format("{}: expected {}, got {}", key, TypeName(&field), NodeText(node)));
+    ReadScalar(key, node, field);
+    CheckRule(static_cast<double>(field), rule, key, node);
+  }
+  template <class T>
+  static void Read(const std::string& key, const YAML::Node& node, std::optional<T>& field, const Rule& rule) {
+    if (node.IsNull()) {
+      field.reset();
+      return;
+    }
+    T value{};
+    Read(key, node, value, rule);
+    field = value;
+  }
+  template <class T>
+  static void Read(const std::string& key, const YAML::Node& node, std::vector<T>& field, const Rule& rule) {
+    if (!node.IsSequence()) throw ConfigError(fmt::format("{}: expected a list, got {}", key, NodeText(node)));
+    std::vector<T> values(node.size());
+    for (std::size_t i = 0; i < node.size(); ++i) Read(fmt::format("{}[{}]", key, i), node[i], values[i], rule);
+    field = std::move(values);
+  }
+  static void Read(const std::string& key, const YAML::Node& node, std::map<std::string, double>& field,
+                   const Rule& rule) {
+    if (node.IsNull()) {
+      field.clear();
+      return;
+    }
+    if (!node.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of name: number, got {}", key, NodeText(node)));
+    for (const auto& kv : node) {
+      double value = 0;
+      const auto name = kv.first.as<std::string>();
+      Read(key + "." + name, kv.second, value, rule);
+      field[name] = value;
+    }
+  }
+  template <class T, std::enable_if_t<HasVisit<T, Loader>::value, int> = 0>
+  static void Read(const std::string& key, const YAML::Node& node, T& section, const Rule&) {
+    Loader loader(node, key);
+    section.visit(loader);
+    loader.Finish();
+  }
+
+  const YAML::Node& node_;
+  std::string prefix_;
+  std::vector<std::string> known_;
+};
+
+// Writes config structs as YAML.
+class Dumper {
+ public:
+  explicit Dumper(YAML::Emitter& out) : out_(out) {}
+
+  template <class T>
+  void operator()(const char* key, const T& field, const Rule& = {}) {
+    out_ << YAML::Key << key << YAML::Value;
+    Write(field);
+  }
+
+ private:
+  template <class T, std::enable_if_t<!HasVisit<T, Dumper>::value, int> = 0>
+  void Write(const T& value) {
+    out_ << value;
+  }
+  void Write(double value) { out_ << YAML::Precision(17) << value; }
+  void Write(const std::string& value) { out_ << YAML::DoubleQuoted << value; }
+  template <class T>
+  void Write(const std::optional<T>& value) {
+    if (value) {
+      Write(*value);
+    } else {
+      out_ << YAML::Null;
+    }
+  }
+  template <class T>
+  void Write(const std::vector<T>& values) {
+    out_ << YAML::Flow << YAML::BeginSeq;
+    for (const auto& v : values) Write(v);
+    out_ << YAML::EndSeq;
+  }
+  void Write(const std::map<std::string, double>& values) {
+    out_ << YAML::BeginMap;
+    for (const auto& [k, v] : values) {
+      out_ << YAML::Key << k << YAML::Value;
+      Write(v);
+    }
+    out_ << YAML::EndMap;
+  }
+  template <class T, std::enable_if_t<HasVisit<T, Dumper>::value, int> = 0>
+  void Write(const T& section) {
+    out_ << YAML::BeginMap;
+    const_cast<T&>(section).visit(*this);
+    out_ << YAML::EndMap;
+  }
+
+  YAML::Emitter& out_;
+};
+
+void Apply(const YAML::Node& root, FarmConfig* out) {
+  Loader loader(root, "");
+  out->visit(loader);
+  loader.Finish();
+}
+
+// Turns "a.b.c=value" into the YAML tree {a: {b: {c: value}}}.
+YAML::Node OverrideNode(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(fmt::format("expected KEY=VALUE (e.g. ppo.lr=1e-3), got '{}'", text));
+  const std::string path = text.substr(0, eq);
+  const std::string value = text.substr(eq + 1);
+  YAML::Node leaf;
+  try {
+    leaf = value.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}: cannot parse value '{}': {}", path, value, e.msg));
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '.');) {
+    if (part.empty()) throw ConfigError(fmt::format("'{}': empty key in dotted path", path));
+    parts.push_back(part);
+  }
+  YAML::Node node = leaf;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    YAML::Node parent(YAML::NodeType::Map);
+    parent[*it] = node;
+    node = parent;
+  }
+  return node;
+}
+
+}  // namespace
+
+std::string Rule::Describe() const {
+  if (!one_of.empty()) return fmt::format("one of: {}", fmt::join(one_of, ", "));
+  if (min && max) return fmt::format("a value in [{}, {}]", *min, *max);
+  if (min) return fmt::format("a value {} {}", min_exclusive ? ">" : ">=", *min);
+  if (max) return fmt::format("a value <= {}", *max);
+  return "a value";
+}
+
+Status ParseConfig(const std::string& yaml_text, const std::string& source, FarmConfig* out) {
+  try {
+    Apply(YAML::Load(yaml_text), out);
+  } catch (const ConfigError& e) {
+    return Status::InvalidArgument(fmt::format("{}: {}", source, e.what()));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: line {}: {}", source, e.mark.line + 1, e.msg));
+  }
+  return Status::Ok();
+}
+
+Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, FarmConfig* out) {
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) return Status::NotFound(fmt::format("{}: cannot open config file", path));
+    std::stringstream text;
+    text << in.rdbuf();
+    if (auto s = ParseConfig(text.str(), path, out); !s.ok()) return s;
+  }
+  for (const auto& text : overrides) {
+    try {
+      Apply(OverrideNode(text), out);
+    } catch (const ConfigError& e) {
+      return Status::InvalidArgument(fmt::format("--set {}: {}", text, e.what()));
+    }
+  }
+  return ValidateConfig(*out);
+}
+
+Status ValidateConfig(const FarmConfig& c) {
+  if (c.env.num_envs % c.env.num_groups != 0)
+    return Status::InvalidArgument(fmt::format(
+        "env.num_envs ({}) must be a multiple of env.num_groups ({})", c.env.num_envs, c.env.num_groups));
+  if (c.stop_at_target && !c.target_return)
+    return Status::InvalidArgument("stop_at_target is true but target_return is not set");
+  const auto& d = c.learner.device;
+  if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
+    return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));
+  if (c.transport.bind.rfind("tcp://", 0) != 0 && c.transport.bind.rfind("ipc://", 0) != 0 &&
+      c.transport.bind.rfind("inproc://", 0) != 0)
+    return Status::InvalidArgument(
+        fmt::format("transport.bind: expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got '{}'", c.transport.bind));
+  return Status::Ok();
+}
+
+std::string DumpConfig(const FarmConfig& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  Dumper dumper(out);
+  const_cast<FarmConfig&>(config).visit(dumper);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace farm

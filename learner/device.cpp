@@ -1,0 +1,34 @@
+// Device selection.
+#include "learner/device.h"
+
+#include <fmt/format.h>
+
+namespace farm {
+
+Status ResolveDevice(const std::string& name, torch::Device* out) {
+  if (name == "auto") {
+    *out = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    return Status::Ok();
+  }
+  if (name == "cpu") {
+    *out = torch::Device(torch::kCPU);
+    return Status::Ok();
+  }
+  if (name.rfind("cuda", 0) == 0) {
+    if (!torch::cuda::is_available())
+      return Status::InvalidArgument(fmt::format("learner.device: '{}' requested but LibTorch sees no CUDA device "
+                                                 "(use auto or cpu)", name));
+    try {
+      *out = torch::Device(name);
+    } catch (const c10::Error&) {
+      return Status::InvalidArgument(fmt::format("learner.device: cannot parse '{}' (expected cuda or cuda:N)", name));
+    }
+    if (out->index() >= static_cast<int>(torch::cuda::device_count()))
+      return Status::InvalidArgument(fmt::format("learner.device: '{}' but only {} CUDA devices", name,
+                                                 torch::cuda::device_count()));
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", name));
+}
+
+}  // namespace farm

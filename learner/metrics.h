@@ -1,0 +1,66 @@
+// Training statistics the learner reports: episode returns over a sliding
+// window, the metrics file (JSON lines), the live progress line and the
+// atomic writes used for summary.json and other run files.
+//
+// Threading: not thread-safe; used by the learner's inference thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <string>
+
+#include "common/status.h"
+
+namespace farm {
+
+class EpisodeWindow {
+ public:
+  explicit EpisodeWindow(std::size_t size = 100) : size_(size) {}
+  void Add(double episode_return, int64_t length);
+  bool empty() const { return returns_.empty(); }
+  std::size_t count() const { return returns_.size(); }
+  bool full() const { return returns_.size() == size_; }
+  double mean_return() const;
+  double mean_length() const;
+  int64_t total_episodes() const { return total_; }
+
+ private:
+  std::size_t size_;
+  std::deque<double> returns_;
+  std::deque<int64_t> lengths_;
+  double sum_return_ = 0;
+  double sum_length_ = 0;
+  int64_t total_ = 0;
+};
+
+// Appends one JSON object per line, flushed after each.
+class MetricsWriter {
+ public:
+  Status Open(const std::string& path);
+  void Write(const nlohmann::json& row);
+
+ private:
+  std::ofstream out_;
+};
+
+// One status line, redrawn in place on a terminal, plain log lines otherwise.
+class ProgressLine {
+ public:
+  ProgressLine();
+  void Show(const std::string& text);
+  void Finish();  // ends the in-place line
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+};
+
+// Writes `text` to `path` via a temp file, fsync and rename: readers see the
+// old or the new file, never half of one.
+Status WriteFileAtomic(const std::string& path, const std::string& text);
+
+}  // namespace farm

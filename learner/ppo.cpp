@@ -1,0 +1,230 @@
+// PPO as CleanRL's ppo.py does it: GAE, per-epoch shuffled minibatches, clipped surrogate and value loss,
+// entropy bonus, global grad-norm clip, linear LR annealing, optional target-KL early stop.
+#include "learner/ppo.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace farm {
+namespace {
+
+constexpr double kAdamEps = 1e-5;
+constexpr double kAdvantageEps = 1e-8;
+
+// Minibatch statistics accumulated as one tensor (one op per minibatch, one host sync per update).
+enum StatIndex : int64_t { kPolicyLoss, kValueLoss, kEntropy, kApproxKl, kOldApproxKl, kClipFraction, kNumStats };
+
+void CheckShape(const torch::Tensor& t, torch::IntArrayRef expected, const char* what) {
+  if (!t.defined()) throw std::invalid_argument(std::string(what) + " is undefined");
+  if (t.sizes() != expected) {
+    throw std::invalid_argument(std::string(what) + " has shape " + c10::str(t.sizes()) + ", expected " +
+                                c10::str(expected));
+  }
+}
+
+// 1 - Var(y - pred) / Var(y) (population variances); NaN when Var(y) == 0, where it is undefined.
+double ExplainedVariance(const torch::Tensor& pred, const torch::Tensor& y) {
+  const double var_y = y.var(/*unbiased=*/false).item<double>();
+  if (var_y == 0) return std::numeric_limits<double>::quiet_NaN();
+  return 1.0 - (y - pred).var(/*unbiased=*/false).item<double>() / var_y;
+}
+
+}  // namespace
+
+Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
+                      const torch::Tensor& last_value, double gamma, double lambda) {
+  if (!rewards.defined() || rewards.dim() != 2) throw std::invalid_argument("ComputeGae: rewards must be [T, N]");
+  const int64_t steps = rewards.size(0);
+  const int64_t envs = rewards.size(1);
+  CheckShape(values, rewards.sizes(), "ComputeGae: values");
+  CheckShape(dones, rewards.sizes(), "ComputeGae: dones");
+  CheckShape(last_value, {envs}, "ComputeGae: last_value");
+
+  // The recursion is sequential in T and tiny per step, so a scalar loop on the host beats T rounds of
+  // [N]-sized tensor ops; float arithmetic, as the reference does it in float32 tensors.
+  torch::NoGradGuard no_grad;
+  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).contiguous(); };
+  const torch::Tensor r = host(rewards), v = host(values), d = host(dones), last = host(last_value);
+  torch::Tensor adv = torch::empty({steps, envs}, torch::kFloat32);
+  const float* rp = r.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const float* dp = d.data_ptr<float>();
+  const float* lp = last.data_ptr<float>();
+  float* ap = adv.data_ptr<float>();
+  const auto g = static_cast<float>(gamma);
+  const auto gl = static_cast<float>(gamma * lambda);
+  for (int64_t n = 0; n < envs; ++n) {
+    float next_value = lp[n];
+    float next_adv = 0;
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const int64_t i = t * envs + n;
+      const float not_done = 1.0f - dp[i];
+      const float delta = rp[i] + g * next_value * not_done - vp[i];
+      next_adv = delta + gl * not_done * next_adv;
+      ap[i] = next_adv;
+      next_value = vp[i];
+    }
+  }
+  Advantages out;
+  out.advantages = adv.to(rewards.device());
+  out.returns = out.advantages + values.detach().to(torch::kFloat32);
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> PpoStats::Items() const {
+  return {
+      {"policy_loss", policy_loss},
+      {"value_loss", value_loss},
+      {"entropy", entropy},
+      {"approx_kl", approx_kl},
+      {"old_approx_kl", old_approx_kl},
+      {"clip_fraction", clip_fraction},
+      {"explained_variance", explained_variance},
+      {"learning_rate", learning_rate},
+      {"grad_norm", grad_norm},
+      {"epochs", static_cast<double>(epochs)},
+      {"samples", static_cast<double>(samples)},
+  };
+}
+
+PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
+                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config) {
+  // Every input is [B]: a stray [B, 1] would broadcast to [B, B] and silently train on nonsense.
+  if (!eval.logp.defined() || eval.logp.dim() != 1) throw std::invalid_argument("ComputePpoLoss: logp must be [B]");
+  const auto batch = eval.logp.sizes();
+  CheckShape(eval.entropy, batch, "ComputePpoLoss: entropy");
+  CheckShape(eval.value, batch, "ComputePpoLoss: value");
+  CheckShape(old_logp, batch, "ComputePpoLoss: old_logp");
+  CheckShape(old_values, batch, "ComputePpoLoss: old_values");
+  CheckShape(advantages, batch, "ComputePpoLoss: advantages");
+  CheckShape(returns, batch, "ComputePpoLoss: returns");
+
+  const double clip = config.clip_coef;
+  PpoLoss loss;
+  const torch::Tensor log_ratio = eval.logp - old_logp;
+  const torch::Tensor ratio = log_ratio.exp();
+  {
+    torch::NoGradGuard no_grad;
+    loss.old_approx_kl = (-log_ratio).mean();
+    loss.approx_kl = ((ratio - 1) - log_ratio).mean();
+    loss.clip_fraction = ((ratio - 1).abs() > clip).to(torch::kFloat32).mean();
+  }
+
+  torch::Tensor adv = advantages;
+  if (config.norm_adv) {
+    // The unbiased std of one sample is NaN; a one-sample minibatch is only centred.
+    adv = adv.numel() > 1 ? (adv - adv.mean()) / (adv.std() + kAdvantageEps) : adv - adv.mean();
+  }
+  const torch::Tensor pg_unclipped = -adv * ratio;
+  const torch::Tensor pg_clipped = -adv * torch::clamp(ratio, 1 - clip, 1 + clip);
+  loss.policy_loss = torch::max(pg_unclipped, pg_clipped).mean();
+
+  const torch::Tensor v_unclipped = (eval.value - returns).square();
+  if (config.clip_vloss) {
+    const torch::Tensor v_clipped = old_values + torch::clamp(eval.value - old_values, -clip, clip);
+    loss.value_loss = 0.5 * torch::max(v_unclipped, (v_clipped - returns).square()).mean();
+  } else {
+    loss.value_loss = 0.5 * v_unclipped.mean();
+  }
+  loss.entropy = eval.entropy.mean();
+  loss.total = loss.policy_loss - config.ent_coef * loss.entropy + config.vf_coef * loss.value_loss;
+  return loss;
+}
+
+PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed)
+    : policy_(std::move(policy)),
+      config_(config),
+      optimizer_(std::make_unique<torch::optim::Adam>(policy_->parameters(),
+                                                      torch::optim::AdamOptions(config.lr).eps(kAdamEps))),
+      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+
+PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
+  if (!rollout.rewards.defined() || rollout.rewards.dim() != 2) {
+    throw std::invalid_argument("PpoTrainer::Update: rewards must be [T, N]");
+  }
+  const int64_t steps = rollout.rewards.size(0);
+  const int64_t envs = rollout.rewards.size(1);
+  const int64_t batch = steps * envs;
+  if (batch == 0) throw std::invalid_argument("PpoTrainer::Update: empty rollout");
+  if (!rollout.obs.defined() || rollout.obs.dim() < 2 || rollout.obs.size(0) != steps || rollout.obs.size(1) != envs) {
+    throw std::invalid_argument("PpoTrainer::Update: obs must be [T, N, obs...] with T=" + std::to_string(steps) +
+                                ", N=" + std::to_string(envs));
+  }
+  if (!rollout.actions.defined() || rollout.actions.dim() < 2 || rollout.actions.size(0) != steps ||
+      rollout.actions.size(1) != envs) {
+    throw std::invalid_argument("PpoTrainer::Update: actions must be [T, N] or [T, N, A]");
+  }
+  CheckShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
+
+  std::vector<torch::Tensor> params = policy_->parameters();
+  const torch::Device device = params.front().device();
+
+  PpoStats stats;
+  stats.samples = batch;
+  stats.learning_rate = config_.anneal_lr ? config_.lr * (1.0 - std::clamp(progress, 0.0, 1.0)) : config_.lr;
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
+  }
+
+  const Advantages gae = ComputeGae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
+                                    config_.gamma, config_.gae_lambda);
+  // Flatten T x N into one batch; detach so that the rollout never enters the graph.
+  const auto flat = [&](const torch::Tensor& t) { return t.detach().flatten(0, 1).to(device); };
+  const torch::Tensor b_obs = flat(rollout.obs);
+  const torch::Tensor b_actions = flat(rollout.actions);
+  const torch::Tensor b_logp = flat(rollout.logp).to(torch::kFloat32);
+  const torch::Tensor b_values = flat(rollout.values).to(torch::kFloat32);
+  const torch::Tensor b_advantages = flat(gae.advantages);
+  const torch::Tensor b_returns = flat(gae.returns);
+
+  // Minibatches of near-equal size (they differ by at most one) that cover the whole batch every epoch.
+  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, batch);
+  torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  double grad_norm_sum = 0;
+  int64_t minibatches_run = 0;
+  for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
+    const torch::Tensor perm = torch::randperm(batch, generator_, torch::kLong).to(device);
+    torch::Tensor last_approx_kl;
+    for (int64_t mb = 0; mb < num_minibatches; ++mb) {
+      const int64_t begin = mb * batch / num_minibatches;
+      const int64_t end = (mb + 1) * batch / num_minibatches;
+      const torch::Tensor idx = perm.slice(0, begin, end);
+      const EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx), b_actions.index_select(0, idx));
+      const PpoLoss loss = ComputePpoLoss(eval, b_logp.index_select(0, idx), b_values.index_select(0, idx),
+                                          b_advantages.index_select(0, idx), b_returns.index_select(0, idx), config_);
+      optimizer_->zero_grad();
+      loss.total.backward();
+      grad_norm_sum += torch::nn::utils::clip_grad_norm_(params, config_.max_grad_norm);
+      optimizer_->step();
+
+      stat_sums += torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(),
+                                 loss.approx_kl, loss.old_approx_kl, loss.clip_fraction})
+                       .to(torch::kFloat64);
+      last_approx_kl = loss.approx_kl;
+      ++minibatches_run;
+    }
+    ++stats.epochs;
+    // As CleanRL: after each epoch, stop when the last minibatch's approx KL (measured just before its step,
+    // so with the policy updated by the rest of the epoch) exceeds the target.
+    if (config_.target_kl && last_approx_kl.item<double>() > *config_.target_kl) break;
+  }
+
+  const torch::Tensor means = (stat_sums / static_cast<double>(minibatches_run)).cpu();
+  const double* m = means.data_ptr<double>();
+  stats.policy_loss = m[kPolicyLoss];
+  stats.value_loss = m[kValueLoss];
+  stats.entropy = m[kEntropy];
+  stats.approx_kl = m[kApproxKl];
+  stats.old_approx_kl = m[kOldApproxKl];
+  stats.clip_fraction = m[kClipFraction];
+  stats.grad_norm = grad_norm_sum / static_cast<double>(minibatches_run);
+  stats.explained_variance = ExplainedVariance(b_values, b_returns);
+  return stats;
+}
+
+}  // namespace farm

@@ -1,0 +1,87 @@
+// PPO update (clipped surrogate, clipped value loss, entropy bonus, GAE) as
+// CleanRL's ppo.py does it. The update returns its statistics as data.
+//
+// Threading: a PpoTrainer is used by one thread at a time.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "learner/policy.h"
+
+namespace farm {
+
+// One rollout, time-major: T steps of N envs.
+struct Rollout {
+  torch::Tensor obs;       // float [T, N, obs...]
+  torch::Tensor actions;   // int64 [T, N] or float [T, N, A]
+  torch::Tensor logp;      // float [T, N] behaviour log-probs
+  torch::Tensor values;    // float [T, N] values at acting time
+  torch::Tensor rewards;   // float [T, N] (truncation bootstrap already added)
+  torch::Tensor dones;     // float [T, N] 1 when the episode ended at this step
+  torch::Tensor last_value;  // float [N] value of the observation after step T-1
+};
+
+struct Advantages {
+  torch::Tensor advantages;  // float [T, N]
+  torch::Tensor returns;     // float [T, N] advantages + values
+};
+
+// GAE(gamma, lambda): delta_t = r_t + gamma * V_{t+1} * (1 - done_t) - V_t,
+// A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}, V_T = last_value.
+Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
+                      const torch::Tensor& last_value, double gamma, double lambda);
+
+struct PpoStats {
+  double policy_loss = 0;
+  double value_loss = 0;
+  double entropy = 0;
+  double approx_kl = 0;
+  double old_approx_kl = 0;
+  double clip_fraction = 0;
+  double explained_variance = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;
+  int epochs = 0;  // epochs actually run (target_kl may stop early)
+  int64_t samples = 0;
+
+  std::vector<std::pair<std::string, double>> Items() const;
+};
+
+// The PPO loss terms for one minibatch (exposed for tests).
+struct PpoLoss {
+  torch::Tensor total;
+  torch::Tensor policy_loss;
+  torch::Tensor value_loss;
+  torch::Tensor entropy;
+  torch::Tensor approx_kl;      // mean((ratio - 1) - log ratio), no grad
+  torch::Tensor old_approx_kl;  // mean(-log ratio), no grad
+  torch::Tensor clip_fraction;  // mean(|ratio - 1| > clip), no grad
+};
+
+PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
+                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config);
+
+class PpoTrainer {
+ public:
+  PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed);
+
+  // One PPO update on `rollout`. `progress` in [0, 1] is the fraction of the
+  // run done before this update (drives linear LR annealing).
+  PpoStats Update(const Rollout& rollout, double progress);
+
+  ActorCritic policy() const { return policy_; }
+  torch::optim::Adam& optimizer() { return *optimizer_; }
+
+ private:
+  ActorCritic policy_;
+  PpoConfig config_;
+  std::unique_ptr<torch::optim::Adam> optimizer_;
+  torch::Generator generator_;  // minibatch shuffling
+};
+
+}  // namespace farm

@@ -1,0 +1,126 @@
+// Time-major trajectory storage for one rollout.
+#include "learner/trajectory_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace farm {
+
+TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel)
+    : T_(rollout_length), obs_numel_(obs_numel), action_numel_(action_numel) {}
+
+namespace {
+// Re-lays [T, old_n, width] as [T, new_n, width], keeping the data.
+template <class U>
+void Relayout(std::vector<U>& v, int64_t T, int64_t old_n, int64_t new_n, int64_t width) {
+  std::vector<U> out(static_cast<std::size_t>(T * new_n * width));
+  for (int64_t t = 0; t < T && old_n > 0; ++t)
+    std::copy_n(v.begin() + t * old_n * width, old_n * width, out.begin() + t * new_n * width);
+  v.swap(out);
+}
+}  // namespace
+
+void TrajectoryStore::Grow(int64_t n) {
+  Relayout(obs_, T_, num_envs_, n, obs_numel_);
+  if (action_numel_ == 0) {
+    Relayout(disc_, T_, num_envs_, n, 1);
+  } else {
+    Relayout(cont_, T_, num_envs_, n, action_numel_);
+  }
+  for (auto* v : {&logp_, &value_, &reward_, &done_}) Relayout(*v, T_, num_envs_, n, 1);
+  Relayout(version_, T_, num_envs_, n, 1);
+  bootstrap_.resize(static_cast<std::size_t>(n));
+  num_envs_ = n;
+}
+
+int TrajectoryStore::AddGroup(int size) {
+  Group g;
+  g.base = num_envs_;
+  g.size = size;
+  Grow(num_envs_ + size);
+  groups_.push_back(g);
+  return static_cast<int>(groups_.size()) - 1;
+}
+
+template <class U>
+void TrajectoryStore::CopyRows(std::vector<U>& field, int64_t width, int64_t t, const Group& g, const U* src) {
+  std::memcpy(field.data() + (t * num_envs_ + g.base) * width, src, sizeof(U) * static_cast<std::size_t>(g.size * width));
+}
+
+void TrajectoryStore::RecordStep(int group, const float* obs, const void* actions, const float* logp,
+                                 const float* value, int64_t policy_version) {
+  Group& g = groups_[group];
+  const int64_t t = g.steps;
+  CopyRows(obs_, obs_numel_, t, g, obs);
+  if (action_numel_ == 0) {
+    CopyRows(disc_, 1, t, g, static_cast<const int64_t*>(actions));
+  } else {
+    CopyRows(cont_, action_numel_, t, g, static_cast<const float*>(actions));
+  }
+  CopyRows(logp_, 1, t, g, logp);
+  CopyRows(value_, 1, t, g, value);
+  std::fill_n(version_.begin() + t * num_envs_ + g.base, g.size, policy_version);
+  g.pending = true;
+}
+
+void TrajectoryStore::RecordOutcome(int group, const float* reward, const uint8_t* terminated,
+                                    const uint8_t* truncated) {
+  Group& g = groups_[group];
+  const int64_t t = g.steps;
+  CopyRows(reward_, 1, t, g, reward);
+  float* done = done_.data() + t * num_envs_ + g.base;
+  for (int i = 0; i < g.size; ++i) done[i] = (terminated[i] || truncated[i]) ? 1.0f : 0.0f;
+  g.pending = false;
+  if (++g.steps == T_) ++full_groups_;
+}
+
+void TrajectoryStore::AddReward(int group, int env, float bonus) {
+  const Group& g = groups_[group];
+  reward_[static_cast<std::size_t>((g.steps - 1) * num_envs_ + g.base + env)] += bonus;
+}
+
+void TrajectoryStore::SetBootstrap(int group, const float* values) {
+  const Group& g = groups_[group];
+  std::memcpy(bootstrap_.data() + g.base, values, sizeof(float) * static_cast<std::size_t>(g.size));
+}
+
+Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag) {
+  const int64_t N = num_envs_;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  std::vector<int64_t> shape{T_, N};
+  shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
+  Rollout r;
+  r.obs = torch::from_blob(obs_.data(), shape, f32).clone();
+  if (action_numel_ == 0) {
+    r.actions = torch::from_blob(disc_.data(), {T_, N}, i64).clone();
+  } else {
+    r.actions = torch::from_blob(cont_.data(), {T_, N, action_numel_}, f32).clone();
+  }
+  r.logp = torch::from_blob(logp_.data(), {T_, N}, f32).clone();
+  r.values = torch::from_blob(value_.data(), {T_, N}, f32).clone();
+  r.rewards = torch::from_blob(reward_.data(), {T_, N}, f32).clone();
+  r.dones = torch::from_blob(done_.data(), {T_, N}, f32).clone();
+  r.last_value = torch::from_blob(bootstrap_.data(), {N}, f32).clone();
+
+  if (lag) {
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+    double sum = 0;
+    for (auto v : version_) {
+      const int64_t l = current_version - v;
+      lo = std::min(lo, l);
+      hi = std::max(hi, l);
+      sum += static_cast<double>(l);
+    }
+    *lag = LagStats{version_.empty() ? 0 : lo, version_.empty() ? 0 : sum / static_cast<double>(version_.size()), hi};
+  }
+  for (auto& g : groups_) {
+    g.steps = 0;
+    g.pending = false;
+  }
+  full_groups_ = 0;
+  return r;
+}
+
+}  // namespace farm

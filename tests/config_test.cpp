@@ -1,0 +1,156 @@
+// Config parsing: defaults, overrides, and the error messages users see.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "common/config.h"
+
+using farm::FarmConfig;
+
+namespace {
+farm::Status Parse(const std::string& text, FarmConfig* c) { return farm::ParseConfig(text, "test.yaml", c); }
+}  // namespace
+
+TEST_CASE("defaults are the reference PPO settings", "[config]") {
+  FarmConfig c;
+  REQUIRE(farm::ParseConfig("", "empty.yaml", &c).ok());
+  CHECK(c.ppo.gamma == 0.99);
+  CHECK(c.ppo.clip_coef == 0.2);
+  CHECK(c.ppo.hidden_sizes == std::vector<int>{64, 64});
+  CHECK(c.mode == "sync");
+  CHECK(farm::ValidateConfig(c).ok());
+}
+
+TEST_CASE("values are read into their sections", "[config]") {
+  FarmConfig c;
+  auto s = Parse("name: x\nmode: async\nppo:\n  lr: 1e-3\n  hidden_sizes: [32, 16]\nenv:\n  num_envs: 16\n"
+                 "  options: {length: 5}\ntarget_return: 475\n",
+                 &c);
+  REQUIRE(s.ok());
+  CHECK(c.name == "x");
+  CHECK(c.mode == "async");
+  CHECK(c.ppo.lr == Approx(1e-3));
+  CHECK(c.ppo.hidden_sizes == std::vector<int>{32, 16});
+  CHECK(c.env.num_envs == 16);
+  CHECK(c.env.options.at("length") == 5);
+  REQUIRE(c.target_return);
+  CHECK(*c.target_return == 475);
+}
+
+TEST_CASE("an unknown key names the file, the key and the known keys", "[config]") {
+  FarmConfig c;
+  auto s = Parse("ppo:\n  lrr: 0.1\n", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("test.yaml") && Catch::Contains("ppo.lrr") &&
+                              Catch::Contains("unknown key") && Catch::Contains("gae_lambda"));
+  auto top = Parse("bogus: 1\n", &c);
+  REQUIRE_FALSE(top.ok());
+  CHECK_THAT(top.message(), Catch::Contains("bogus") && Catch::Contains("total_env_steps"));
+}
+
+TEST_CASE("a wrong type names the key, what was expected and what was seen", "[config]") {
+  FarmConfig c;
+  auto s = Parse("ppo:\n  update_epochs: many\n", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("ppo.update_epochs") && Catch::Contains("expected an integer") &&
+                              Catch::Contains("'many'"));
+  auto b = Parse("ppo:\n  norm_adv: 3\n", &c);
+  REQUIRE_FALSE(b.ok());
+  CHECK_THAT(b.message(), Catch::Contains("ppo.norm_adv") && Catch::Contains("true or false"));
+  auto list = Parse("ppo:\n  hidden_sizes: 64\n", &c);
+  REQUIRE_FALSE(list.ok());
+  CHECK_THAT(list.message(), Catch::Contains("ppo.hidden_sizes") && Catch::Contains("expected a list"));
+  auto section = Parse("ppo: 3\n", &c);
+  REQUIRE_FALSE(section.ok());
+  CHECK_THAT(section.message(), Catch::Contains("ppo") && Catch::Contains("expected a mapping"));
+  auto boolean_as_int = Parse("env:\n  num_envs: true\n", &c);
+  REQUIRE_FALSE(boolean_as_int.ok());
+  CHECK_THAT(boolean_as_int.message(), Catch::Contains("env.num_envs"));
+}
+
+TEST_CASE("out-of-range values say the allowed range", "[config]") {
+  FarmConfig c;
+  auto s = Parse("ppo:\n  gamma: 1.5\n", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("ppo.gamma") && Catch::Contains("[0, 1]") && Catch::Contains("1.5"));
+  auto m = Parse("mode: fast\n", &c);
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.message(), Catch::Contains("mode") && Catch::Contains("one of: sync, async"));
+  auto n = Parse("env:\n  num_envs: 0\n", &c);
+  REQUIRE_FALSE(n.ok());
+  CHECK_THAT(n.message(), Catch::Contains("env.num_envs") && Catch::Contains(">= 1"));
+  auto h = Parse("ppo:\n  hidden_sizes: [64, 0]\n", &c);
+  REQUIRE_FALSE(h.ok());
+  CHECK_THAT(h.message(), Catch::Contains("ppo.hidden_sizes[1]"));
+}
+
+TEST_CASE("malformed YAML reports the line", "[config]") {
+  FarmConfig c;
+  auto s = Parse("ppo:\n  lr: [1, 2\n", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("test.yaml") && Catch::Contains("line"));
+}
+
+TEST_CASE("--set overrides apply over the file and are checked the same way", "[config]") {
+  const std::string path = "config_test_tmp.yaml";
+  {
+    std::ofstream out(path);
+    out << "ppo:\n  lr: 0.01\n  update_epochs: 3\n";
+  }
+  FarmConfig c;
+  auto s = farm::LoadConfig(path, {"ppo.lr=1e-3", "ppo.hidden_sizes=[8, 8]", "stop_at_target=false"}, &c);
+  REQUIRE(s.ok());
+  CHECK(c.ppo.lr == Approx(1e-3));
+  CHECK(c.ppo.update_epochs == 3);
+  CHECK(c.ppo.hidden_sizes == std::vector<int>{8, 8});
+
+  FarmConfig d;
+  auto bad = farm::LoadConfig(path, {"ppo.lrr=1"}, &d);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.message(), Catch::Contains("--set ppo.lrr=1") && Catch::Contains("unknown key"));
+  auto no_eq = farm::LoadConfig(path, {"ppo.lr"}, &d);
+  REQUIRE_FALSE(no_eq.ok());
+  CHECK_THAT(no_eq.message(), Catch::Contains("KEY=VALUE"));
+  auto type = farm::LoadConfig(path, {"env.num_envs=lots"}, &d);
+  REQUIRE_FALSE(type.ok());
+  CHECK_THAT(type.message(), Catch::Contains("env.num_envs") && Catch::Contains("'lots'"));
+  std::remove(path.c_str());
+
+  auto missing = farm::LoadConfig("does/not/exist.yaml", {}, &d);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.message(), Catch::Contains("does/not/exist.yaml"));
+}
+
+TEST_CASE("cross-key validation", "[config]") {
+  FarmConfig c;
+  REQUIRE(Parse("env:\n  num_envs: 7\n  num_groups: 2\n", &c).ok());
+  auto s = farm::ValidateConfig(c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("env.num_envs (7)") && Catch::Contains("env.num_groups (2)"));
+  FarmConfig d;
+  REQUIRE(Parse("stop_at_target: true\n", &d).ok());
+  CHECK_FALSE(farm::ValidateConfig(d).ok());
+  FarmConfig e;
+  REQUIRE(Parse("learner:\n  device: tpu\n", &e).ok());
+  auto dev = farm::ValidateConfig(e);
+  REQUIRE_FALSE(dev.ok());
+  CHECK_THAT(dev.message(), Catch::Contains("learner.device") && Catch::Contains("'tpu'"));
+}
+
+TEST_CASE("the dumped config parses back to the same values", "[config]") {
+  FarmConfig c;
+  REQUIRE(Parse("ppo:\n  lr: 0.000123\n  target_kl: 0.02\nenv:\n  options: {length: 7}\nrun_dir: a/b\n", &c).ok());
+  const std::string text = farm::DumpConfig(c);
+  FarmConfig back;
+  auto s = farm::ParseConfig(text, "dump", &back);
+  INFO(text);
+  REQUIRE(s.ok());
+  CHECK(back.ppo.lr == c.ppo.lr);
+  REQUIRE(back.ppo.target_kl);
+  CHECK(*back.ppo.target_kl == Approx(0.02));
+  CHECK(back.env.options == c.env.options);
+  CHECK(back.run_dir == "a/b");
+  CHECK(!back.target_return);
+  CHECK(farm::DumpConfig(back) == text);
+}

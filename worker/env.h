@@ -1,0 +1,101 @@
+// The environment API. An environment family declares its option defaults,
+// a spec (spaces, time limit) built from the resolved options, and its
+// behaviour (reset/step), apart from one another (as EnvPool separates a
+// default config from the spec built from it), and registers itself by name
+// with FARM_REGISTER_ENV. Envs depend only on this header and common/space.h:
+// never on transport, the learner or LibTorch.
+//
+// Threading: an Env instance is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/space.h"
+#include "common/status.h"
+
+namespace farm {
+
+// Per-env options (from config `env.options`): a family's defaults, or the
+// resolved set (user values over those defaults).
+using EnvOptions = std::map<std::string, double>;
+
+// What an env looks like for one resolved set of options.
+
+struct EnvSpec {
+  std::string name;
+  Space observation;  // float32 box
+  Space action;       // discrete (int64) or float32 box
+  int max_episode_steps = 0;  // time limit applied by EnvGroup (0: none)
+  std::optional<double> reward_threshold;  // "solved" return, when the env has one
+};
+
+// One action, read by Env::step. Exactly one of the pointers is set:
+// `discrete` for discrete spaces, `continuous` (action.numel() floats) for boxes.
+struct ActionRef {
+  const int64_t* discrete = nullptr;
+  const float* continuous = nullptr;
+};
+
+struct StepResult {
+  float reward = 0;
+  bool terminated = false;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  // Starts an episode; writes observation.numel() floats to obs.
+  virtual void reset(float* obs) = 0;
+  // Advances one step; writes the next observation to obs. Truncation by the
+  // time limit is not the env's business (EnvGroup does it).
+  virtual StepResult step(const ActionRef& action, float* obs) = 0;
+};
+
+// A registered environment family. `default_options` names every option the
+// family accepts, with its default. `spec` and `make` both get the resolved
+// options (defaults with the user's values applied), so the spaces, time limit
+// and threshold may follow them; `make` also gets a seed for the env's own RNG.
+// Either may throw std::invalid_argument for an out-of-range option value
+// (EnvGroup::Create reports it as InvalidArgument). For one set of resolved
+// options, every env `make` builds must match what `spec` returns.
+struct EnvFamily {
+  EnvOptions default_options;
+  std::function<EnvSpec(const EnvOptions& resolved)> spec;
+  std::function<std::unique_ptr<Env>(const EnvOptions& resolved, uint64_t seed)> make;
+};
+
+class EnvRegistry {
+ public:
+  static EnvRegistry& Global();
+  // Returns true so it can initialise a static (see FARM_REGISTER_ENV).
+  bool Add(const std::string& name, EnvFamily family);
+  const EnvFamily* Find(const std::string& name) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::map<std::string, EnvFamily> families_;
+};
+
+// Merges user options over a family's defaults; an option absent from the
+// defaults is an error naming the env, the key and the known keys.
+Status ResolveEnvOptions(const std::string& env_name, const EnvOptions& defaults,
+                         const std::map<std::string, double>& user, EnvOptions* out);
+
+}  // namespace farm
+
+#define FARM_ENV_CONCAT_INNER(a, b) a##b
+#define FARM_ENV_CONCAT(a, b) FARM_ENV_CONCAT_INNER(a, b)
+// Registers an env family, at namespace scope in the env's .cpp:
+//   FARM_REGISTER_ENV("CartPole-v1", EnvOptions{}, CartPoleSpec, MakeCartPole);
+//   FARM_REGISTER_ENV("Debug-v0", DebugEnvDefaultOptions(), DebugEnvSpec, MakeDebugEnv);
+// Pass the defaults as a call or a named variable: the commas of a braced list
+// such as {{"a", 1}, {"b", 2}} would split the macro's arguments.
+#define FARM_REGISTER_ENV(name, default_options, spec_fn, make_fn)                           \
+  static const bool FARM_ENV_CONCAT(farm_env_registered_, __LINE__) =                       \
+      ::farm::EnvRegistry::Global().Add(name, ::farm::EnvFamily{default_options, spec_fn, make_fn})

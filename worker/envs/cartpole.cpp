@@ -1,0 +1,71 @@
+// CartPole-v1: Gymnasium's Euler-integrated cart-pole, registered as "CartPole-v1".
+#include "worker/envs/cartpole.h"
+
+#include <cmath>
+#include <limits>
+
+namespace farm {
+namespace {
+
+// Uniform in [lo, hi) from the top 53 bits: unlike std::uniform_real_distribution
+// this is the same on every standard library, so seeds reproduce everywhere.
+double Uniform(std::mt19937_64& rng, double lo, double hi) {
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  return lo + (hi - lo) * u;
+}
+
+}  // namespace
+
+CartPole::CartPole(uint64_t seed) : rng_(seed) {}
+
+void CartPole::WriteObs(float* obs) const {
+  for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>(state_[k]);
+}
+
+void CartPole::reset(float* obs) {
+  for (double& s : state_) s = Uniform(rng_, -kResetBound, kResetBound);
+  WriteObs(obs);
+}
+
+StepResult CartPole::step(const ActionRef& action, float* obs) {
+  const auto [x, x_dot, theta, theta_dot] = state_;
+  const double force = *action.discrete == 1 ? kForceMag : -kForceMag;
+  const double costheta = std::cos(theta);
+  const double sintheta = std::sin(theta);
+  const double temp = (force + kPoleMassLength * theta_dot * theta_dot * sintheta) / kTotalMass;
+  const double thetaacc =
+      (kGravity * sintheta - costheta * temp) / (kLength * (4.0 / 3.0 - kMassPole * costheta * costheta / kTotalMass));
+  const double xacc = temp - kPoleMassLength * thetaacc * costheta / kTotalMass;
+  // Explicit Euler: positions advance with the old velocities.
+  state_ = {x + kTau * x_dot, x_dot + kTau * xacc, theta + kTau * theta_dot, theta_dot + kTau * thetaacc};
+  WriteObs(obs);
+
+  const double nx = state_[0];
+  const double ntheta = state_[2];
+  StepResult result;
+  result.terminated = nx < -kXThreshold || nx > kXThreshold || ntheta < -kThetaThreshold || ntheta > kThetaThreshold;
+  result.reward = 1.0f;  // v1 rewards the terminating step too
+  return result;
+}
+
+EnvSpec CartPoleSpec(const EnvOptions& /*resolved*/) {
+  constexpr float kFloatMax = std::numeric_limits<float>::max();
+  const float x_high = static_cast<float>(CartPole::kXThreshold * 2);
+  const float theta_high = static_cast<float>(CartPole::kThetaThreshold * 2);
+  EnvSpec spec;
+  spec.name = "CartPole-v1";
+  spec.observation =
+      Space::Box({4}, {-x_high, -kFloatMax, -theta_high, -kFloatMax}, {x_high, kFloatMax, theta_high, kFloatMax});
+  spec.action = Space::Discrete(2);
+  spec.max_episode_steps = CartPole::kMaxEpisodeSteps;
+  spec.reward_threshold = CartPole::kRewardThreshold;
+  return spec;
+}
+
+std::unique_ptr<Env> MakeCartPole(const EnvOptions& /*options*/, uint64_t seed) {
+  return std::make_unique<CartPole>(seed);
+}
+
+FARM_REGISTER_ENV("CartPole-v1", EnvOptions{}, CartPoleSpec, MakeCartPole);
+
+}  // namespace farm

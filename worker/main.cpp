@@ -1,0 +1,59 @@
+// farm-worker: steps one process's environments for the learner.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+
+#include <csignal>
+
+#include "common/config.h"
+#include "worker/worker_client.h"
+
+namespace {
+farm::WorkerClient* g_client = nullptr;
+extern "C" void OnSignal(int) {
+  if (g_client) g_client->RequestStop();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Rollout Farm worker: steps environments and asks the learner for actions"};
+  std::string config_path;
+  std::string endpoint;
+  int index = 0;
+  std::vector<std::string> overrides;
+  app.add_option("--config", config_path, "YAML config file (the learner's)")->check(CLI::ExistingFile);
+  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555")->required();
+  app.add_option("--index", index, "this worker's index (seeds and identity)")->check(CLI::NonNegativeNumber);
+  app.add_option("--set", overrides, "override a config key: --set env.num_envs=64");
+  CLI11_PARSE(app, argc, argv);
+
+  // Die with the launcher: no orphan workers if it is killed.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+
+  farm::FarmConfig config;
+  if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
+    fmt::print(stderr, "farm-worker: {}\n", s.message());
+    return 2;
+  }
+  std::unique_ptr<farm::WorkerClient> client;
+  if (auto s = farm::WorkerClient::Create(config, index, endpoint, &client); !s.ok()) {
+    fmt::print(stderr, "farm-worker: {}\n", s.message());
+    return 2;
+  }
+  g_client = client.get();
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;  // no SA_RESTART: a blocking poll returns EINTR
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  const farm::Status s = client->Run();
+  g_client = nullptr;
+  const auto& st = client->stats();
+  if (s.ok() || s.code() == farm::Status::Code::kClosed) {
+    spdlog::info("worker {} done: {} env steps, {} episodes", index, st.env_steps, st.episodes);
+    return 0;
+  }
+  fmt::print(stderr, "farm-worker {}: {}\n", index, s.ToString());
+  return 1;
+}

@@ -1,0 +1,179 @@
+// The worker's loop: handshake, then answer every ActionReply by stepping that
+// group and sending its results straight from the group's buffers.
+#include "worker/worker_client.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/transport.h"
+#include "common/wire.h"
+
+namespace farm {
+namespace {
+
+uint64_t MixSeed(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Status WorkerClient::Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
+                            std::unique_ptr<WorkerClient>* out) {
+  std::unique_ptr<WorkerClient> w(new WorkerClient());
+  w->config_ = config;
+  w->endpoint_ = learner_endpoint;
+  w->identity_ = fmt::format("worker-{}-{}", index, ::getpid());
+  const int group_size = config.env.num_envs / config.env.num_groups;
+  for (int g = 0; g < config.env.num_groups; ++g) {
+    std::unique_ptr<EnvGroup> group;
+    const uint64_t seed = MixSeed(config.seed, static_cast<uint64_t>(index) * 1000 + g);
+    if (auto s = EnvGroup::Create(config.env.name, config.env.options, group_size, seed, &group); !s.ok()) return s;
+    w->groups_.push_back(std::move(group));
+  }
+  w->next_seq_.assign(w->groups_.size(), 0);
+  w->waiting_.assign(w->groups_.size(), 0);
+  w->socket_ = MakeDealer(w->ctx_, w->identity_, learner_endpoint, config.transport);
+  *out = std::move(w);
+  return Status::Ok();
+}
+
+WorkerClient::~WorkerClient() = default;
+
+Status WorkerClient::Handshake() {
+  const EnvSpec& spec = groups_[0]->spec();
+  wire::Envelope env;
+  auto* hello = env.mutable_hello();
+  hello->set_protocol_version(kProtocolVersion);
+  hello->set_worker_id(identity_);
+  hello->set_env_name(spec.name);
+  hello->set_num_envs(static_cast<uint32_t>(config_.env.num_envs));
+  hello->set_num_groups(static_cast<uint32_t>(groups_.size()));
+  ToWire(spec.observation, hello->mutable_observation());
+  ToWire(spec.action, hello->mutable_action());
+  SendEnvelope(socket_, env, &scratch_);
+
+  const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
+  wire::Envelope reply;
+  Status status;
+  if (!ReceiveEnvelope(socket_, give_up, &reply, &status))
+    return Status::IoError(fmt::format("no answer from the learner at {} within {} s", endpoint_,
+                                       config_.transport.worker_give_up_s));
+  if (!status.ok()) return status;
+  if (reply.has_stop()) return Status::Closed("learner is stopping: " + reply.stop().reason());
+  if (!reply.has_welcome())
+    return Status::Protocol(fmt::format("expected Welcome from the learner, got message type {}",
+                                        static_cast<int>(reply.body_case())));
+  if (!reply.welcome().accepted()) return Status::InvalidArgument("learner refused this worker: " + reply.welcome().error());
+  return Status::Ok();
+}
+
+void WorkerClient::SendStep(int g, bool first) {
+  const EnvGroup& group = *groups_[g];
+  const auto n = static_cast<int64_t>(group.size());
+  std::vector<int64_t> obs_shape{n};
+  obs_shape.insert(obs_shape.end(), group.spec().observation.shape.begin(), group.spec().observation.shape.end());
+
+  auto* req = out_.mutable_step();
+  req->Clear();
+  req->set_group(static_cast<uint32_t>(g));
+  req->set_seq(next_seq_[g]++);
+  req->set_first(first);
+  const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
+  SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape, group.obs(), obs_bytes);
+  if (!first) {
+    SetTensor(req->mutable_reward(), DType::kFloat32, {n}, group.reward(), static_cast<std::size_t>(n) * sizeof(float));
+    req->set_terminated(group.terminated(), static_cast<std::size_t>(n));
+    req->set_truncated(group.truncated(), static_cast<std::size_t>(n));
+    const auto& idx = group.final_obs_index();
+    if (!idx.empty()) {
+      req->mutable_final_obs_index()->Assign(idx.begin(), idx.end());
+      std::vector<int64_t> shape{static_cast<int64_t>(idx.size())};
+      shape.insert(shape.end(), group.spec().observation.shape.begin(), group.spec().observation.shape.end());
+      SetTensor(req->mutable_final_obs(), DType::kFloat32, shape, group.final_obs().data(),
+                group.final_obs().size() * sizeof(float));
+    }
+    for (const auto& ep : group.finished()) {
+      auto* e = req->add_episodes();
+      e->set_episode_return(ep.episode_return);
+      e->set_length(ep.length);
+    }
+    stats_.episodes += static_cast<int64_t>(group.finished().size());
+  }
+  SendEnvelope(socket_, out_, &scratch_);
+  waiting_[g] = 1;
+  ++stats_.messages;
+}
+
+Status WorkerClient::OnAction(const wire::ActionReply& reply) {
+  const auto g = static_cast<std::size_t>(reply.group());
+  if (g >= groups_.size() || !waiting_[g] || reply.seq() + 1 != next_seq_[g])
+    return Status::Protocol(fmt::format("unexpected ActionReply for group {} seq {}", reply.group(), reply.seq()));
+  EnvGroup& group = *groups_[g];
+  const Space& action = group.spec().action;
+  const auto n = static_cast<int64_t>(group.size());
+  waiting_[g] = 0;
+  if (action.is_discrete()) {
+    if (auto s = CheckTensor(reply.action(), DType::kInt64, {n}, "ActionReply.action"); !s.ok()) return s;
+    const auto* a = reinterpret_cast<const int64_t*>(reply.action().data().data());
+    for (int64_t i = 0; i < n; ++i)
+      if (a[i] < 0 || a[i] >= action.n)
+        return Status::Protocol(fmt::format("action {} out of range [0, {})", a[i], action.n));
+    group.Step(a, nullptr);
+  } else {
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), action.shape.begin(), action.shape.end());
+    if (auto s = CheckTensor(reply.action(), DType::kFloat32, shape, "ActionReply.action"); !s.ok()) return s;
+    group.Step(nullptr, reinterpret_cast<const float*>(reply.action().data().data()));
+  }
+  stats_.env_steps += n;
+  SendStep(static_cast<int>(g), /*first=*/false);
+  return Status::Ok();
+}
+
+Status WorkerClient::Run() {
+  if (auto s = Handshake(); !s.ok()) return s;
+  spdlog::info("{}: connected to {} ({} envs of {} in {} groups)", identity_, endpoint_, config_.env.num_envs,
+               config_.env.name, groups_.size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g]->Reset();
+    SendStep(static_cast<int>(g), /*first=*/true);
+  }
+  const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
+  wire::Envelope in;
+  while (!stop_requested_.load()) {
+    Status status;
+    bool got = false;
+    try {
+      got = ReceiveEnvelope(socket_, give_up, &in, &status);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // a signal: loop re-checks stop_requested_
+      throw;
+    }
+    if (!got)
+      return Status::IoError(fmt::format("the learner at {} was silent for {} s; giving up", endpoint_,
+                                         config_.transport.worker_give_up_s));
+    if (!status.ok()) return status;
+    switch (in.body_case()) {
+      case wire::Envelope::kAction:
+        if (auto s = OnAction(in.action()); !s.ok()) return s;
+        break;
+      case wire::Envelope::kStop:
+        spdlog::info("{}: learner says stop ({})", identity_, in.stop().reason());
+        return Status::Ok();
+      case wire::Envelope::kError:
+        return Status::Protocol("learner reported an error: " + in.error().message());
+      default:
+        return Status::Protocol(fmt::format("unexpected message type {} from the learner",
+                                            static_cast<int>(in.body_case())));
+    }
+  }
+  return Status::Closed("stop requested");
+}
+
+}  // namespace farm

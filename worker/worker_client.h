@@ -1,0 +1,61 @@
+// WorkerClient: runs one worker's envs against the learner over a DEALER
+// socket. The envs are split into groups (double buffering, as in Sample
+// Factory): while the learner chooses actions for one group, the others step.
+//
+// Threading: Run() is called from one thread; RequestStop() from any thread
+// or a signal handler.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "farm.pb.h"
+#include "worker/env_group.h"
+
+namespace farm {
+
+struct WorkerStats {
+  int64_t env_steps = 0;
+  int64_t episodes = 0;
+  int64_t messages = 0;
+};
+
+class WorkerClient {
+ public:
+  // `index` distinguishes this worker's seeds and identity from the others'.
+  static Status Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
+                       std::unique_ptr<WorkerClient>* out);
+  ~WorkerClient();
+
+  // Handshake, then steps until the learner says Stop (Ok), the learner is
+  // silent for transport.worker_give_up_s, a stop is requested, or an error.
+  Status Run();
+  void RequestStop() { stop_requested_.store(true); }
+  const WorkerStats& stats() const { return stats_; }
+
+ private:
+  WorkerClient() = default;
+  Status Handshake();
+  void SendStep(int group, bool first);
+  Status OnAction(const wire::ActionReply& reply);
+
+  FarmConfig config_;
+  std::string identity_;
+  std::string endpoint_;
+  zmq::context_t ctx_{1};
+  zmq::socket_t socket_;
+  std::vector<std::unique_ptr<EnvGroup>> groups_;
+  std::vector<uint64_t> next_seq_;  // per group: seq of the next request
+  std::vector<uint8_t> waiting_;    // per group: a request is in flight
+  wire::Envelope out_;              // reused for every request
+  std::string scratch_;
+  std::atomic<bool> stop_requested_{false};
+  WorkerStats stats_;
+};
+
+}  // namespace farm
