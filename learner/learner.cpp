@@ -158,7 +158,7 @@ struct Learner::Impl {
   ProgressLine progress;
   Clock::time_point last_progress = Clock::now();
   // Time accounting (seconds) for the breakdown.
-  double wait_s = 0, forward_s = 0, serve_s = 0, update_s = 0;
+  double wait_s = 0, held_s = 0, forward_s = 0, serve_s = 0, update_s = 0;
   int64_t batches = 0, batch_rows = 0;
   int64_t interval_steps = 0;
   Clock::time_point interval_start = Clock::now();
@@ -642,6 +642,7 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
       {"policy_lag_max", last_lag.max},
       {"batch_rows_avg", batches ? static_cast<double>(batch_rows) / static_cast<double>(batches) : 0.0},
       {"time_wait_seconds", wait_s},
+      {"time_held_for_update_seconds", held_s},
       {"time_forward_seconds", forward_s},
       {"time_serve_seconds", serve_s},
       {"time_update_seconds", update_s},
@@ -658,7 +659,7 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   } else if (config.mode == "sync") {
     ReleaseParked();
   }
-  ShowProgress(true);
+  ShowProgress(false);
 }
 
 void Learner::Impl::CheckStop() {
@@ -690,11 +691,10 @@ void Learner::Impl::ShowProgress(bool force) {
   const double wall = Seconds(now - start);
   const double interval = Seconds(now - interval_start);
   const double sps = interval > 0 ? static_cast<double>(interval_steps) / interval : 0;
-  const double busy = wait_s + forward_s + serve_s;
-  auto pct = [&](double v) { return busy > 0 ? 100.0 * v / std::max(wall, 1e-9) : 0.0; };
+  auto pct = [&](double v) { return 100.0 * v / std::max(wall, 1e-9); };
   progress.Show(fmt::format(
-      "[{:7.1f}s] steps {:>10} | {:>8.0f} sps | return {:>7} | v{} | batch {:>6.1f} rows | wait {:4.1f}% infer {:4.1f}% "
-      "serve {:4.1f}% update {:4.1f}%",
+      "[{:7.1f}s] steps {:>10} | {:>8.0f} sps | return {:>7} | v{} | batch {:>6.1f} rows | learner time: wait-data "
+      "{:4.1f}% infer {:4.1f}% serve {:4.1f}% update {:4.1f}%",
       wall, env_steps, sps, window.empty() ? std::string("-") : fmt::format("{:.1f}", window.mean_return()), version,
       batches ? static_cast<double>(batch_rows) / static_cast<double>(batches) : 0.0, pct(wait_s), pct(forward_s),
       pct(serve_s), pct(update_s)));
@@ -723,7 +723,9 @@ nlohmann::json Learner::Impl::Summary() const {
       {"num_envs", store ? store->num_envs() : 0},
       {"protocol_errors", errors},
       {"stop_reason", stop_reason},
-      {"time_seconds", {{"wait", wait_s}, {"forward", forward_s}, {"serve", serve_s}, {"update", update_s}}},
+      {"time_seconds",
+       {{"wait_for_data", wait_s}, {"held_for_update", held_s}, {"forward", forward_s}, {"serve", serve_s},
+        {"update", update_s}}},
   };
 }
 
@@ -734,8 +736,10 @@ Status Learner::Run(nlohmann::json* summary) {
   std::vector<Work> batch;
   while (true) {
     const auto t0 = Clock::now();
+    const bool during_update = m.trainer_busy;
     if (!m.batcher.NextBatch(&batch).ok()) break;
-    m.wait_s += Seconds(Clock::now() - t0);
+    // Waiting while the trainer runs is the update's cost (sync mode), not a lack of data.
+    (during_update ? m.held_s : m.wait_s) += Seconds(Clock::now() - t0);
     m.ProcessBatch(batch);
     if (m.stopping && !m.trainer_busy) break;
   }

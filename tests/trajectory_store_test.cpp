@@ -1,0 +1,93 @@
+// TrajectoryStore: groups fill their columns of a time-major rollout.
+#include "learner/trajectory_store.h"
+
+// LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+using farm::TrajectoryStore;
+
+TEST_CASE("groups record steps into their own columns and Take resets", "[store]") {
+  TrajectoryStore store(/*T=*/2, /*obs_numel=*/2, /*action_numel=*/0);
+  const int a = store.AddGroup(2);
+  const int b = store.AddGroup(1);
+  REQUIRE(store.num_envs() == 3);
+
+  const float obs_a0[] = {1, 2, 3, 4}, obs_b0[] = {5, 6};
+  const int64_t act_a[] = {1, 0}, act_b[] = {1};
+  const float logp_a[] = {-0.1f, -0.2f}, logp_b[] = {-0.3f};
+  const float val_a[] = {0.5f, 0.6f}, val_b[] = {0.7f};
+  const float rew_a[] = {1, 1}, rew_b[] = {2};
+  const uint8_t no[] = {0, 0}, yes_no[] = {1, 0}, yes[] = {1};
+
+  store.RecordStep(a, obs_a0, act_a, logp_a, val_a, /*version=*/3);
+  CHECK(store.pending(a));
+  store.RecordOutcome(a, rew_a, yes_no, no);  // env 0 of a terminated
+  CHECK_FALSE(store.pending(a));
+  store.RecordStep(b, obs_b0, act_b, logp_b, val_b, 4);
+  store.RecordOutcome(b, rew_b, no, yes);  // env of b truncated
+  store.AddReward(b, 0, 0.25f);            // truncation bootstrap
+  CHECK(store.steps(a) == 1);
+  CHECK_FALSE(store.all_full());
+
+  store.RecordStep(a, obs_a0, act_a, logp_a, val_a, 4);
+  store.RecordOutcome(a, rew_a, no, no);
+  CHECK(store.full(a));
+  CHECK_FALSE(store.all_full());
+  store.RecordStep(b, obs_b0, act_b, logp_b, val_b, 4);
+  store.RecordOutcome(b, rew_b, no, no);
+  REQUIRE(store.all_full());
+  const float boot_a[] = {9, 8}, boot_b[] = {7};
+  store.SetBootstrap(a, boot_a);
+  store.SetBootstrap(b, boot_b);
+
+  farm::LagStats lag;
+  const auto r = store.Take({2}, /*current_version=*/5, &lag);
+  REQUIRE(r.obs.sizes() == torch::IntArrayRef({2, 3, 2}));
+  CHECK(r.obs[0][2][0].item<float>() == 5);  // b's column is 2
+  CHECK(r.obs[1][1][1].item<float>() == 4);
+  CHECK(r.actions[0][0].item<int64_t>() == 1);
+  CHECK(r.actions[0][1].item<int64_t>() == 0);
+  CHECK(r.dones[0][0].item<float>() == 1);
+  CHECK(r.dones[0][1].item<float>() == 0);
+  CHECK(r.dones[0][2].item<float>() == 1);
+  CHECK(r.rewards[0][2].item<float>() == Approx(2.25));
+  CHECK(r.logp[1][2].item<float>() == Approx(-0.3));
+  CHECK(r.values[0][1].item<float>() == Approx(0.6));
+  CHECK(r.last_value[0].item<float>() == 9);
+  CHECK(r.last_value[2].item<float>() == 7);
+  CHECK(lag.min == 1);
+  CHECK(lag.max == 2);
+  CHECK(lag.avg == Approx((2 + 2 + 1 + 1 + 1 + 1) / 6.0));
+  CHECK(store.steps(a) == 0);
+  CHECK_FALSE(store.all_full());
+}
+
+TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
+  TrajectoryStore store(3, 1, /*action_numel=*/2);  // continuous actions of 2 floats
+  const int a = store.AddGroup(1);
+  const float obs[] = {42}, act[] = {0.5f, -0.5f}, lp[] = {-1}, v[] = {2}, rew[] = {1};
+  const uint8_t no[] = {0};
+  store.RecordStep(a, obs, act, lp, v, 0);
+  store.RecordOutcome(a, rew, no, no);
+  const int b = store.AddGroup(2);
+  CHECK(store.steps(a) == 1);
+  CHECK(store.steps(b) == 0);
+  for (int t = 0; t < 2; ++t) {
+    store.RecordStep(a, obs, act, lp, v, 0);
+    store.RecordOutcome(a, rew, no, no);
+  }
+  const float obs2[] = {7, 8}, act2[] = {1, 2, 3, 4}, lp2[] = {0, 0}, v2[] = {0, 0}, rew2[] = {0, 0};
+  const uint8_t no2[] = {0, 0};
+  for (int t = 0; t < 3; ++t) {
+    store.RecordStep(b, obs2, act2, lp2, v2, 0);
+    store.RecordOutcome(b, rew2, no2, no2);
+  }
+  REQUIRE(store.all_full());
+  const auto r = store.Take({1}, 0, nullptr);
+  CHECK(r.obs[0][0][0].item<float>() == 42);  // written before the relayout
+  CHECK(r.obs[2][2][0].item<float>() == 8);
+  REQUIRE(r.actions.sizes() == torch::IntArrayRef({3, 3, 2}));
+  CHECK(r.actions[0][0][1].item<float>() == -0.5f);
+  CHECK(r.actions[1][2][0].item<float>() == 3);
+}
