@@ -92,7 +92,7 @@ TEST_CASE("malformed YAML reports the line", "[config]") {
   CHECK_THAT(s.message(), Catch::Contains("test.yaml") && Catch::Contains("line"));
 }
 
-TEST_CASE("--set overrides apply over the file and are checked the same way", "[config]") {
+TEST_CASE("overrides (--set) apply over the file and are checked the same way", "[config]") {
   const std::string path = "config_test_tmp.yaml";
   {
     std::ofstream out(path);
