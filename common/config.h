@@ -75,9 +75,17 @@ struct LearnerConfig {
   int checkpoint_every = 50;    // updates between checkpoints (0: only at the end)
   double progress_interval_s = 1.0;
   int min_workers = 1;          // workers that must join before acting
+  std::string precision = "fp32";  // fp32 | fp16 (CUDA, with loss scaling) | bf16 (CUDA or CPU autocast)
+  bool cuda_graphs = false;        // replay fixed-shape inference with CUDA graphs
+  bool train = true;               // false: act with the initial (or loaded) policy, never update
+  bool random_actions = false;     // uniform random actions, no model: measures transport alone
 
   template <class V> void visit(V& v) {
     v("device", device);
+    v("precision", precision, Rule::OneOf({"fp32", "fp16", "bf16"}));
+    v("cuda_graphs", cuda_graphs);
+    v("train", train);
+    v("random_actions", random_actions);
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));
     v("progress_interval_s", progress_interval_s, Rule::Positive());
@@ -129,6 +137,7 @@ struct FarmConfig {
   std::string run_dir;  // empty: runs/<name>-<timestamp>
   std::string mode = "sync";  // sync: exact on-policy; async: act on a snapshot while updating
   int64_t total_env_steps = 500000;
+  double max_wall_seconds = 0;  // stop after this long (0: no limit)
   std::optional<double> target_return;  // "solved" when the 100-episode mean reaches it
   bool stop_at_target = false;
 
@@ -144,6 +153,7 @@ struct FarmConfig {
     v("run_dir", run_dir);
     v("mode", mode, Rule::OneOf({"sync", "async"}));
     v("total_env_steps", total_env_steps, Rule::AtLeast(1));
+    v("max_wall_seconds", max_wall_seconds, Rule::AtLeast(0));
     v("target_return", target_return);
     v("stop_at_target", stop_at_target);
     v("env", env);

@@ -1,29 +1,56 @@
-// sigwait-based signal handling.
+// Self-pipe signal handling.
 #include "common/signal_watcher.h"
 
-#include <pthread.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <stdexcept>
 
 namespace farm {
+namespace {
+
+int g_write_fd = -1;  // the pipe's write end while a watcher exists
+
+extern "C" void OnSignal(int sig) {
+  const int saved = errno;
+  const unsigned char b = static_cast<unsigned char>(sig);
+  if (g_write_fd >= 0) (void)!::write(g_write_fd, &b, 1);  // async-signal-safe
+  errno = saved;
+}
+
+}  // namespace
 
 SignalWatcher::SignalWatcher(std::function<void(int)> on_signal) : on_signal_(std::move(on_signal)) {
-  sigemptyset(&set_);
-  sigaddset(&set_, SIGINT);
-  sigaddset(&set_, SIGTERM);
-  sigaddset(&set_, SIGUSR1);  // private wake-up for the destructor
-  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  if (::pipe2(pipe_, O_CLOEXEC) != 0) throw std::runtime_error("SignalWatcher: pipe2 failed");
+  g_write_fd = pipe_[1];
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   thread_ = std::thread([this] {
     while (true) {
-      int sig = 0;
-      if (sigwait(&set_, &sig) != 0) continue;
-      if (sig == SIGUSR1) return;
-      on_signal_(sig);
+      unsigned char b = 0;
+      const ssize_t n = ::read(pipe_[0], &b, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || b == 0) return;  // 0: the destructor's wake-up
+      on_signal_(b);
     }
   });
 }
 
 SignalWatcher::~SignalWatcher() {
-  pthread_kill(thread_.native_handle(), SIGUSR1);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  g_write_fd = -1;
+  const unsigned char quit = 0;
+  (void)!::write(pipe_[1], &quit, 1);
   thread_.join();
+  ::close(pipe_[0]);
+  ::close(pipe_[1]);
 }
 
 }  // namespace farm

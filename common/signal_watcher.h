@@ -1,12 +1,13 @@
 // SignalWatcher: turns SIGINT/SIGTERM into a callback on an ordinary thread,
 // where it may lock mutexes and log (a signal handler may do neither).
-// Construct it before starting other threads: it blocks the signals in the
-// constructing thread, and threads started afterwards inherit the mask.
+// The handler only writes the signal number to a pipe that the watcher
+// thread reads, so it works whichever thread the kernel delivers the signal
+// to (libraries such as OpenBLAS start threads before main).
 //
-// Threading: the callback runs on the watcher's own thread, at most once per signal.
+// Threading: one watcher per process; the callback runs on the watcher's own
+// thread, once per signal received.
 #pragma once
 
-#include <csignal>
 #include <functional>
 #include <thread>
 
@@ -15,13 +16,13 @@ namespace farm {
 class SignalWatcher {
  public:
   explicit SignalWatcher(std::function<void(int signal)> on_signal);
-  ~SignalWatcher();  // wakes and joins the watcher thread
+  ~SignalWatcher();  // restores the default handlers, wakes and joins the watcher thread
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;
 
  private:
   std::function<void(int)> on_signal_;
-  sigset_t set_;
+  int pipe_[2] = {-1, -1};
   std::thread thread_;
 };
 

@@ -21,6 +21,8 @@ zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const
   CommonOptions(s, config);
   s.set(zmq::sockopt::routing_id, identity);
   s.set(zmq::sockopt::immediate, 1);  // queue nothing until the learner is really there
+  // With no learner connected a send would block for ever: give up as the config says.
+  s.set(zmq::sockopt::sndtimeo, static_cast<int>(config.worker_give_up_s * 1000));
   s.connect(endpoint);
   return s;
 }
@@ -35,10 +37,10 @@ zmq::socket_t MakeRouter(zmq::context_t& ctx, const TransportConfig& config, std
   return s;
 }
 
-void SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::string* scratch) {
+bool SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::string* scratch) {
   scratch->clear();
   envelope.SerializeToString(scratch);
-  socket.send(zmq::buffer(*scratch), zmq::send_flags::none);
+  return socket.send(zmq::buffer(*scratch), zmq::send_flags::none).has_value();
 }
 
 bool ReceiveEnvelope(zmq::socket_t& socket, std::chrono::milliseconds timeout, wire::Envelope* out, Status* status) {

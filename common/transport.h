@@ -24,8 +24,10 @@ zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const
 // port resolved when the config asks for "*").
 zmq::socket_t MakeRouter(zmq::context_t& ctx, const TransportConfig& config, std::string* bound_endpoint);
 
-// Serialises into `scratch` (reused to avoid allocations) and sends one frame.
-void SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::string* scratch);
+// Serialises into `scratch` (reused to avoid allocations) and sends one
+// frame. Returns false when the socket's send timeout expired (no peer).
+// Throws zmq::error_t on EINTR, like ReceiveEnvelope.
+bool SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::string* scratch);
 
 // Waits up to `timeout` for one frame and decodes it. Returns false on
 // timeout; a decode failure is reported in `status`. Throws zmq::error_t on

@@ -26,7 +26,7 @@ Status Fsync(const std::string& path) {
 }  // namespace
 
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
-                      const TrainingCounters& c, std::string* written_path) {
+                      const TrainingCounters& c, std::string* written_path, const LossScaler* scaler) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
@@ -43,6 +43,11 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
     archive.write("optimizer", optimizer_archive);
     archive.write("counters", torch::tensor({c.env_steps, c.updates, c.policy_version, c.episodes}, torch::kInt64));
     archive.write("wall_seconds", torch::tensor({c.wall_seconds}, torch::kFloat64));
+    if (scaler) {
+      torch::serialize::OutputArchive scaler_archive;
+      scaler->Save(scaler_archive);
+      archive.write("loss_scaler", scaler_archive);
+    }
     archive.save_to(tmp);
   } catch (const c10::Error& e) {
     return Status::IoError(fmt::format("{}: cannot write checkpoint: {}", tmp, e.what_without_backtrace()));
@@ -56,7 +61,7 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
 }
 
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
-                      TrainingCounters* c) {
+                      TrainingCounters* c, LossScaler* scaler) {
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path);
@@ -78,6 +83,11 @@ Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim
     c->policy_version = a[2];
     c->episodes = a[3];
     c->wall_seconds = wall.item<double>();
+    if (scaler) {
+      // Optional: checkpoints written before mixed precision (or without a scaler) have no such entry.
+      torch::serialize::InputArchive scaler_archive;
+      if (archive.try_read("loss_scaler", scaler_archive)) scaler->Load(scaler_archive);
+    }
   } catch (const c10::Error& e) {
     return Status::IoError(fmt::format("{}: cannot read checkpoint: {}", path, e.what_without_backtrace()));
   }

@@ -1,5 +1,6 @@
-// Checkpoints: policy, optimizer and counters in one LibTorch archive,
-// written atomically (temp file, fsync, rename).
+// Checkpoints: policy, optimizer, counters and (optionally) the fp16 loss
+// scaler's state in one LibTorch archive, written atomically (temp file,
+// fsync, rename).
 #pragma once
 
 #include <torch/torch.h>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "learner/amp.h"
 #include "learner/policy.h"
 
 namespace farm {
@@ -20,13 +22,17 @@ struct TrainingCounters {
   double wall_seconds = 0;
 };
 
-// Writes dir/ckpt-<updates>.pt and points dir/latest at it.
+// Writes dir/ckpt-<updates>.pt and points dir/latest at it. A non-null
+// `scaler` is stored under "loss_scaler".
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
-                      const TrainingCounters& counters, std::string* written_path = nullptr);
+                      const TrainingCounters& counters, std::string* written_path = nullptr,
+                      const LossScaler* scaler = nullptr);
 
 // Loads a checkpoint written by SaveCheckpoint into `policy` and `optimizer`
-// (same architecture) and `counters`.
+// (same architecture) and `counters`. A non-null `scaler` gets the stored
+// "loss_scaler" state; a checkpoint without one (older, or saved without a
+// scaler) leaves `scaler` as it is.
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
-                      TrainingCounters* counters);
+                      TrainingCounters* counters, LossScaler* scaler = nullptr);
 
 }  // namespace farm

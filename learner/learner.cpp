@@ -20,10 +20,16 @@
 #include <unordered_map>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
+#include <sys/resource.h>
+#include <torch/version.h>
+#include <unistd.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "common/channel.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "common/tensorboard.h"
+#include "learner/amp.h"
 #include "learner/batcher.h"
 #include "learner/checkpoint.h"
 #include "learner/device.h"
@@ -38,6 +44,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double MaxRssMb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+double CurrentRssMb() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
 
 std::string Timestamp() {
   const std::time_t now = std::time(nullptr);
@@ -78,6 +103,7 @@ struct WorkerState {
   int group_size = 0;
   std::vector<int> store_group;     // per worker group: group id in the store
   std::vector<uint64_t> next_seq;   // per worker group: expected seq
+  std::vector<uint8_t> acted;       // per worker group: actions sent, results not yet received
 };
 
 }  // namespace
@@ -102,6 +128,11 @@ struct Learner::Impl {
   Status ValidateStep(const WorkerState& ws, const wire::StepRequest& req) const;
   void ConsumeOutcome(WorkerState& ws, const wire::StepRequest& req);
   void ServeSteps(std::vector<Work*>& steps);
+  void Forward(const std::vector<Work*>& steps, int64_t rows, torch::Tensor* action, torch::Tensor* logp,
+               torch::Tensor* value);
+  void RandomActions(int64_t rows, torch::Tensor* action, torch::Tensor* logp, torch::Tensor* value);
+  void Respond(std::vector<Work*>& steps, const torch::Tensor& action, const torch::Tensor& logp,
+               const torch::Tensor& value);
   void MaybeHandOff();
   void ReleaseParked();
   void CheckStop();
@@ -115,6 +146,8 @@ struct Learner::Impl {
   std::string run_dir;
   std::string endpoint;
   torch::Device device{torch::kCPU};
+  Precision precision = Precision::kFp32;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
 
   zmq::context_t ctx{1};
   zmq::socket_t router;       // I/O thread only (after Create)
@@ -129,6 +162,8 @@ struct Learner::Impl {
   std::atomic<bool> stop_requested{false};
 
   // ---- inference-thread state ----
+  const bool recording = config.learner.train && !config.learner.random_actions;
+  torch::Generator random_gen = at::make_generator<at::CPUGeneratorImpl>(config.seed);
   std::unordered_map<std::string, WorkerState> workers;
   std::optional<Space> obs_space;
   std::optional<Space> action_space;
@@ -151,6 +186,7 @@ struct Learner::Impl {
   LagStats last_lag;
   PpoStats last_stats;
   Clock::time_point start = Clock::now();
+  double start_unix = UnixNow();
   torch::Tensor batch_obs;  // preallocated, grown as needed
   std::vector<int64_t> obs_shape;
   std::string scratch;
@@ -200,6 +236,8 @@ Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) 
 
 Status Learner::Impl::Init() {
   if (auto s = ResolveDevice(config.learner.device, &device); !s.ok()) return s;
+  if (auto s = ParsePrecision(config.learner.precision, &precision); !s.ok()) return s;
+  if (auto s = CheckPrecision(precision, device); !s.ok()) return s;
   torch::set_num_threads(config.learner.threads);
   torch::manual_seed(config.seed);
 
@@ -209,6 +247,7 @@ Status Learner::Impl::Init() {
   if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
   if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok()) return s;
   if (auto s = metrics.Open(run_dir + "/metrics.jsonl"); !s.ok()) return s;
+  if (auto s = TensorBoardWriter::Open(run_dir + "/tb", &tensorboard); !s.ok()) return s;
 
   try {
     router = MakeRouter(ctx, config.transport, &endpoint);
@@ -305,7 +344,9 @@ void Learner::Impl::TrainerLoop() {
     result->version = job.version + 1;
     if (job.checkpoint) {
       job.counters.policy_version = result->version;
-      if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters); !s.ok())
+      if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters, nullptr,
+                                  &trainer->scaler());
+          !s.ok())
         spdlog::error("checkpoint: {}", s.message());
     }
     Work w;
@@ -373,7 +414,7 @@ void Learner::Impl::OnHello(Work& w) {
     acting->to(device);
     training->to(device);
     acting->eval();
-    trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed);
+    trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed, precision);
     store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(),
                                               act.is_discrete() ? 0 : act.numel());
     spdlog::info("env {}: observation {}, action {}; policy on {}", env_name, obs.ToString(), act.ToString(),
@@ -388,6 +429,7 @@ void Learner::Impl::OnHello(Work& w) {
   ws.group_size = static_cast<int>(h.num_envs() / h.num_groups());
   for (uint32_t g = 0; g < h.num_groups(); ++g) ws.store_group.push_back(store->AddGroup(ws.group_size));
   ws.next_seq.assign(h.num_groups(), 0);
+  ws.acted.assign(h.num_groups(), 0);
   total_groups += static_cast<int>(h.num_groups());
   workers.emplace(w.identity, std::move(ws));
   welcome->set_accepted(true);
@@ -428,10 +470,11 @@ Status Learner::Impl::ValidateStep(const WorkerState& ws, const wire::StepReques
 }
 
 void Learner::Impl::ConsumeOutcome(WorkerState& ws, const wire::StepRequest& req) {
-  const int g = ws.store_group[req.group()];
-  store->RecordOutcome(g, reinterpret_cast<const float*>(req.reward().data().data()),
-                       reinterpret_cast<const uint8_t*>(req.terminated().data()),
-                       reinterpret_cast<const uint8_t*>(req.truncated().data()));
+  if (recording) {
+    store->RecordOutcome(ws.store_group[req.group()], reinterpret_cast<const float*>(req.reward().data().data()),
+                         reinterpret_cast<const uint8_t*>(req.terminated().data()),
+                         reinterpret_cast<const uint8_t*>(req.truncated().data()));
+  }
   env_steps += ws.group_size;
   interval_steps += ws.group_size;
   for (const auto& ep : req.episodes()) window.Add(ep.episode_return(), ep.length());
@@ -446,9 +489,40 @@ void Learner::Impl::ConsumeOutcome(WorkerState& ws, const wire::StepRequest& req
 // Runs one forward pass over every request's observations (and the final
 // observations of truncated envs), then records, parks or replies.
 void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
-  const int64_t obs_numel = obs_space->numel();
   int64_t rows = 0;
   for (Work* w : steps) rows += w->rows + w->msg.step().final_obs_index_size();
+  torch::Tensor action, logp, value;
+  const auto t0 = Clock::now();
+  if (config.learner.random_actions) {
+    RandomActions(rows, &action, &logp, &value);
+  } else {
+    Forward(steps, rows, &action, &logp, &value);
+  }
+  const auto t1 = Clock::now();
+  forward_s += Seconds(t1 - t0);
+  ++batches;
+  batch_rows += rows;
+  Respond(steps, action, logp, value);
+  serve_s += Seconds(Clock::now() - t1);
+}
+
+void Learner::Impl::RandomActions(int64_t rows, torch::Tensor* action, torch::Tensor* logp, torch::Tensor* value) {
+  if (action_space->is_discrete()) {
+    *action = torch::randint(action_space->n, {rows}, random_gen, torch::kInt64);
+  } else {
+    std::vector<int64_t> shape{rows};
+    shape.insert(shape.end(), action_space->shape.begin(), action_space->shape.end());
+    auto low = torch::from_blob(action_space->low.data(), action_space->shape, torch::kFloat32);
+    auto high = torch::from_blob(action_space->high.data(), action_space->shape, torch::kFloat32);
+    *action = low + (high - low) * torch::rand(shape, random_gen, torch::kFloat32);
+  }
+  *logp = torch::zeros({rows});
+  *value = torch::zeros({rows});
+}
+
+void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch::Tensor* action, torch::Tensor* logp,
+                            torch::Tensor* value) {
+  const int64_t obs_numel = obs_space->numel();
   if (!batch_obs.defined() || batch_obs.size(0) < rows) {
     auto opts = torch::TensorOptions().dtype(torch::kFloat32);
     batch_obs = torch::empty({std::max<int64_t>(rows, config.batcher.max_rows), obs_numel}, opts);
@@ -468,10 +542,10 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
     }
   }
 
-  const auto t0 = Clock::now();
-  torch::Tensor action, logp, value;
   {
     c10::InferenceMode guard;
+    // Per batch, not per thread: the cast cache must not outlive a weight update.
+    AutocastGuard autocast(device, precision);
     torch::Tensor obs = batch_obs.narrow(0, 0, rows);
     if (device.is_cuda()) obs = obs.to(device, /*non_blocking=*/true);
     ActOutput out = acting->Act(obs.view([&] {
@@ -479,21 +553,21 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
       s.insert(s.end(), obs_shape.begin(), obs_shape.end());
       return s;
     }()));
-    action = out.action.to(torch::kCPU).contiguous();
-    logp = out.logp.to(torch::kCPU).contiguous();
-    value = out.value.to(torch::kCPU).contiguous();
+    *action = out.action.to(torch::kCPU).contiguous();
+    *logp = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
+    *value = out.value.to(torch::kCPU, torch::kFloat32).contiguous();
   }
-  const auto t1 = Clock::now();
-  forward_s += Seconds(t1 - t0);
-  ++batches;
-  batch_rows += rows;
+}
 
+// Records each request's step (or parks it) and replies with its actions.
+void Learner::Impl::Respond(std::vector<Work*>& steps, const torch::Tensor& action, const torch::Tensor& logp,
+                            const torch::Tensor& value) {
   const int64_t action_numel = action_space->is_discrete() ? 1 : action_space->numel();
   const std::size_t action_bytes = action_space->is_discrete() ? sizeof(int64_t) : sizeof(float);
   const auto* act_ptr = static_cast<const uint8_t*>(action.data_ptr());
   const float* logp_ptr = logp.data_ptr<float>();
   const float* value_ptr = value.data_ptr<float>();
-  const bool hold = (config.mode == "sync" && trainer_busy) ||
+  const bool hold = (recording && config.mode == "sync" && trainer_busy) ||
                     static_cast<int>(workers.size()) < config.learner.min_workers || stopping;
 
   int64_t row = 0;
@@ -506,11 +580,11 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
     const int g = ws.store_group[req.group()];
     // Truncated envs: add gamma * V(final obs) to the reward of their last step.
     for (int32_t i : req.final_obs_index()) {
-      if (config.ppo.bootstrap_truncated && w->kind == Work::Kind::kStep)
+      if (recording && config.ppo.bootstrap_truncated && w->kind == Work::Kind::kStep)
         store->AddReward(g, i, static_cast<float>(config.ppo.gamma) * value_ptr[final_row]);
       ++final_row;
     }
-    if (store->full(g)) {
+    if (recording && store->full(g)) {
       store->SetBootstrap(g, value_ptr + row);
       w->kind = Work::Kind::kReplay;
       parked.push_back(std::move(*w));
@@ -518,8 +592,10 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
       w->kind = Work::Kind::kReplay;
       parked.push_back(std::move(*w));
     } else {
-      store->RecordStep(g, reinterpret_cast<const float*>(req.obs().data().data()),
-                        act_ptr + row * action_numel * action_bytes, logp_ptr + row, value_ptr + row, version);
+      if (recording)
+        store->RecordStep(g, reinterpret_cast<const float*>(req.obs().data().data()),
+                          act_ptr + row * action_numel * action_bytes, logp_ptr + row, value_ptr + row, version);
+      ws.acted[req.group()] = 1;
       auto* a = reply.mutable_action();
       a->set_group(req.group());
       a->set_seq(req.seq());
@@ -533,7 +609,6 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
     }
     row += w->rows;
   }
-  serve_s += Seconds(Clock::now() - t1);
 }
 
 void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
@@ -565,11 +640,12 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
           break;
         }
         const auto& req = w.msg.step();
-        const int g = it->second.store_group[req.group()];
-        if (!req.first() && !store->pending(g)) {
-          ReplyError(w.identity, fmt::format("group {}: step results for no pending action", req.group()), &req);
+        if (!req.first() && !it->second.acted[req.group()]) {
+          ReplyError(w.identity, fmt::format("group {}: step results before the learner sent actions", req.group()),
+                     &req);
           break;
         }
+        it->second.acted[req.group()] = 0;
         ++it->second.next_seq[req.group()];
         if (!req.first()) ConsumeOutcome(it->second, req);
         steps.push_back(&w);
@@ -646,9 +722,14 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
       {"time_forward_seconds", forward_s},
       {"time_serve_seconds", serve_s},
       {"time_update_seconds", update_s},
+      {"rss_mb", CurrentRssMb()},
   };
   for (const auto& [k, v] : r.stats.Items()) row[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   metrics.Write(row);
+  std::vector<std::pair<std::string, double>> scalars;
+  for (const auto& [k, v] : row.items())
+    if (v.is_number() && k != "env_steps") scalars.emplace_back(k, v.get<double>());
+  tensorboard->AddScalars(scalars, env_steps, UnixNow());
   if (!std::isfinite(r.stats.policy_loss)) {
     stopping = true;
     stop_reason = "the PPO update failed (non-finite loss)";
@@ -670,6 +751,9 @@ void Learner::Impl::CheckStop() {
     } else if (config.stop_at_target && solved_at_steps) {
       stopping = true;
       stop_reason = fmt::format("reached target_return ({})", *config.target_return);
+    } else if (config.max_wall_seconds > 0 && Seconds(Clock::now() - start) >= config.max_wall_seconds) {
+      stopping = true;
+      stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
     } else if (stop_requested.load()) {
       stopping = true;
       stop_reason = "stop requested";
@@ -723,6 +807,12 @@ nlohmann::json Learner::Impl::Summary() const {
       {"num_envs", store ? store->num_envs() : 0},
       {"protocol_errors", errors},
       {"stop_reason", stop_reason},
+      {"device", device.str()},
+      {"precision", config.learner.precision},
+      {"torch_version", TORCH_VERSION},
+      {"start_unix", start_unix},
+      {"solved_at_unix", solved_at_steps ? nlohmann::json(start_unix + *solved_at_seconds) : nlohmann::json(nullptr)},
+      {"max_rss_mb", MaxRssMb()},
       {"time_seconds",
        {{"wait_for_data", wait_s}, {"held_for_update", held_s}, {"forward", forward_s}, {"serve", serve_s},
         {"update", update_s}}},
@@ -732,6 +822,7 @@ nlohmann::json Learner::Impl::Summary() const {
 Status Learner::Run(nlohmann::json* summary) {
   Impl& m = *impl_;
   m.start = Clock::now();
+  m.start_unix = UnixNow();
   spdlog::info("learner listening on {}; run directory {}", m.endpoint, m.run_dir);
   std::vector<Work> batch;
   while (true) {
@@ -751,7 +842,9 @@ Status Learner::Run(nlohmann::json* summary) {
     TrainingCounters c{m.env_steps, m.updates, m.version, m.window.total_episodes(),
                        Seconds(Clock::now() - m.start)};
     std::string path;
-    if (auto s = SaveCheckpoint(m.run_dir + "/checkpoints", m.training, m.trainer->optimizer(), c, &path); !s.ok())
+    if (auto s = SaveCheckpoint(m.run_dir + "/checkpoints", m.training, m.trainer->optimizer(), c, &path,
+                                &m.trainer->scaler());
+        !s.ok())
       spdlog::error("final checkpoint: {}", s.message());
     else
       spdlog::info("checkpoint written: {}", path);

@@ -1,5 +1,7 @@
 // farm-learner: central batched inference and PPO training for a run.
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -24,14 +26,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<farm::Learner> learner;
-  // Signals are routed to this watcher before any other thread starts.
-  farm::SignalWatcher watcher([&learner](int sig) {
-    if (learner) learner->RequestStop(sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
+  std::atomic<farm::Learner*> running{nullptr};  // read by the watcher thread
+  std::atomic<bool> early_stop{false};           // a signal before the learner existed
+  farm::SignalWatcher watcher([&](int sig) {
+    if (auto* l = running.load()) {
+      l->RequestStop(sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
+    } else {
+      early_stop.store(true);
+    }
   });
   if (auto s = farm::Learner::Create(config, &learner); !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());
     return 2;
   }
+  running.store(learner.get());
+  if (early_stop.load()) learner->RequestStop("interrupted during start-up");
   if (!endpoint_file.empty()) {
     if (auto s = farm::WriteFileAtomic(endpoint_file, learner->endpoint() + "\n"); !s.ok()) {
       fmt::print(stderr, "farm-learner: {}\n", s.message());
@@ -39,7 +48,9 @@ int main(int argc, char** argv) {
     }
   }
   nlohmann::json summary;
-  if (auto s = learner->Run(&summary); !s.ok()) {
+  const farm::Status run_status = learner->Run(&summary);
+  running.store(nullptr);
+  if (auto s = run_status; !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.ToString());
     return 1;
   }

@@ -87,6 +87,8 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
       {"explained_variance", explained_variance},
       {"learning_rate", learning_rate},
       {"grad_norm", grad_norm},
+      {"loss_scale", loss_scale},
+      {"skipped_steps", static_cast<double>(skipped_steps)},
       {"epochs", static_cast<double>(epochs)},
       {"samples", static_cast<double>(samples)},
   };
@@ -136,12 +138,33 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   return loss;
 }
 
-PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed)
+namespace {
+
+torch::Device PolicyDevice(const ActorCritic& policy) {
+  const std::vector<torch::Tensor> params = policy->parameters();
+  if (params.empty()) throw std::invalid_argument("PpoTrainer: the policy has no parameters");
+  return params.front().device();
+}
+
+LossScaler::Options ScalerOptions(Precision precision) {
+  LossScaler::Options options;
+  options.enabled = precision == Precision::kFp16;  // bf16 has fp32's exponent range: no scaling needed
+  return options;
+}
+
+}  // namespace
+
+PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision)
     : policy_(std::move(policy)),
       config_(config),
+      precision_(precision),
+      device_(PolicyDevice(policy_)),
       optimizer_(std::make_unique<torch::optim::Adam>(policy_->parameters(),
                                                       torch::optim::AdamOptions(config.lr).eps(kAdamEps))),
-      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+      scaler_(ScalerOptions(precision)),
+      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+  if (auto s = CheckPrecision(precision_, device_); !s.ok()) throw std::invalid_argument("PpoTrainer: " + s.message());
+}
 
 PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   if (!rollout.rewards.defined() || rollout.rewards.dim() != 2) {
@@ -187,6 +210,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   double grad_norm_sum = 0;
   int64_t minibatches_run = 0;
+  int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
     const torch::Tensor perm = torch::randperm(batch, generator_, torch::kLong).to(device);
     torch::Tensor last_approx_kl;
@@ -194,13 +218,31 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
       const int64_t begin = mb * batch / num_minibatches;
       const int64_t end = (mb + 1) * batch / num_minibatches;
       const torch::Tensor idx = perm.slice(0, begin, end);
-      const EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx), b_actions.index_select(0, idx));
-      const PpoLoss loss = ComputePpoLoss(eval, b_logp.index_select(0, idx), b_values.index_select(0, idx),
-                                          b_advantages.index_select(0, idx), b_returns.index_select(0, idx), config_);
+      PpoLoss loss;
+      {
+        // Forward in the training precision; the network outputs are cast to float32 so that the loss (exp of
+        // log-ratios, squares, means) is computed in float32 whatever the precision.
+        AutocastGuard autocast(device, precision_);
+        EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx), b_actions.index_select(0, idx));
+        eval.logp = eval.logp.to(torch::kFloat32);
+        eval.value = eval.value.to(torch::kFloat32);
+        eval.entropy = eval.entropy.to(torch::kFloat32);
+        loss = ComputePpoLoss(eval, b_logp.index_select(0, idx), b_values.index_select(0, idx),
+                              b_advantages.index_select(0, idx), b_returns.index_select(0, idx), config_);
+      }
+      // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
       optimizer_->zero_grad();
-      loss.total.backward();
-      grad_norm_sum += torch::nn::utils::clip_grad_norm_(params, config_.max_grad_norm);
-      optimizer_->step();
+      scaler_.Scale(loss.total).backward();
+      // Unscale before clipping so the clip sees the true gradient norm; an inf/NaN grad skips clip and step.
+      if (scaler_.Unscale(params)) {
+        grad_norm_sum += torch::nn::utils::clip_grad_norm_(params, config_.max_grad_norm);
+      }
+      if (scaler_.Step(*optimizer_)) {
+        ++steps_run;
+      } else {
+        ++stats.skipped_steps;
+      }
+      scaler_.Update();
 
       stat_sums += torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(),
                                  loss.approx_kl, loss.old_approx_kl, loss.clip_fraction})
@@ -222,7 +264,8 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   stats.approx_kl = m[kApproxKl];
   stats.old_approx_kl = m[kOldApproxKl];
   stats.clip_fraction = m[kClipFraction];
-  stats.grad_norm = grad_norm_sum / static_cast<double>(minibatches_run);
+  stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
+  stats.loss_scale = scaler_.scale();
   stats.explained_variance = ExplainedVariance(b_values, b_returns);
   return stats;
 }

@@ -1,7 +1,7 @@
 // PPO update (clipped surrogate, clipped value loss, entropy bonus, GAE) as
 // CleanRL's ppo.py does it. The update returns its statistics as data.
 //
-// Threading: a PpoTrainer is used by one thread at a time.
+// Threading: a PpoTrainer is used by one thread at a time (its autocast regions are that thread's).
 #pragma once
 
 #include <torch/torch.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "learner/amp.h"
 #include "learner/policy.h"
 
 namespace farm {
@@ -45,8 +46,10 @@ struct PpoStats {
   double clip_fraction = 0;
   double explained_variance = 0;
   double learning_rate = 0;
-  double grad_norm = 0;
-  int epochs = 0;  // epochs actually run (target_kl may stop early)
+  double grad_norm = 0;       // mean pre-clip norm over the minibatches whose optimizer step ran
+  double loss_scale = 1;      // the loss scaler's scale after the update (1 unless fp16)
+  int64_t skipped_steps = 0;  // optimizer steps skipped in this update for inf/NaN grads (fp16 only)
+  int epochs = 0;             // epochs actually run (target_kl may stop early)
   int64_t samples = 0;
 
   std::vector<std::pair<std::string, double>> Items() const;
@@ -68,19 +71,30 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
 
 class PpoTrainer {
  public:
-  PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed);
+  // `policy` must already be on its device. `precision`: fp32; bf16 (CPU or CUDA autocast); fp16 (CUDA
+  // autocast with dynamic loss scaling). Throws std::invalid_argument when CheckPrecision fails for the
+  // policy's device (e.g. fp16 on the CPU).
+  PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision = Precision::kFp32);
 
   // One PPO update on `rollout`. `progress` in [0, 1] is the fraction of the
   // run done before this update (drives linear LR annealing).
+  // Per minibatch: forward and loss under AutocastGuard (the loss in float32), backward of the scaled loss,
+  // unscale, grad-norm clip, optimizer step (skipped on inf/NaN grads), scale update.
   PpoStats Update(const Rollout& rollout, double progress);
 
   ActorCritic policy() const { return policy_; }
   torch::optim::Adam& optimizer() { return *optimizer_; }
+  // Enabled only for fp16; its state belongs in checkpoints (SaveCheckpoint/LoadCheckpoint take it).
+  LossScaler& scaler() { return scaler_; }
+  Precision precision() const { return precision_; }
 
  private:
   ActorCritic policy_;
   PpoConfig config_;
+  Precision precision_;
+  torch::Device device_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
+  LossScaler scaler_;
   torch::Generator generator_;  // minibatch shuffling
 };
 

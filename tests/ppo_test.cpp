@@ -359,7 +359,7 @@ TEST_CASE("PpoTrainer bookkeeping: annealed LR, epochs, samples, target KL", "[p
   CHECK(stats.approx_kl > 0);
   CHECK(stats.grad_norm > 0);
   RequireFiniteStats(stats);
-  CHECK(stats.Items().size() == 11);
+  CHECK(stats.Items().size() == 13);
 
   SECTION("target KL stops after the first epoch") {
     PpoConfig strict = config;

@@ -1,10 +1,11 @@
 // TensorBoard event files: read back by a reader written here, apart from the
 // writer (its own bitwise CRC32C, its own record parser, a raw protobuf walk
 // that pins TensorBoard's field numbers), so a shared mistake cannot hide.
-#include <catch2/catch.hpp>
+#include "common/tensorboard.h"
 
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -14,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "common/tensorboard.h"
 #include "tensorboard_event.pb.h"
 
 using namespace farm;
@@ -51,17 +51,25 @@ Records ParseRecords(const std::string& bytes) {
   Records r;
   size_t pos = 0;
   while (pos < bytes.size()) {
-    if (bytes.size() - pos < 12) { r.error = "truncated header at " + std::to_string(pos); return r; }
+    if (bytes.size() - pos < 12) {
+      r.error = "truncated header at " + std::to_string(pos);
+      return r;
+    }
     const std::string len_bytes = bytes.substr(pos, 8);
     if (ReadLittleEndian(bytes, pos + 8, 4) != Masked(BitwiseCrc32c(len_bytes))) {
-      r.error = "length CRC mismatch at " + std::to_string(pos); return r;
+      r.error = "length CRC mismatch at " + std::to_string(pos);
+      return r;
     }
     const uint64_t len = ReadLittleEndian(bytes, pos, 8);
     pos += 12;
-    if (bytes.size() - pos < len + 4) { r.error = "truncated data at " + std::to_string(pos); return r; }
+    if (bytes.size() - pos < len + 4) {
+      r.error = "truncated data at " + std::to_string(pos);
+      return r;
+    }
     std::string data = bytes.substr(pos, len);
     if (ReadLittleEndian(bytes, pos + len, 4) != Masked(BitwiseCrc32c(data))) {
-      r.error = "data CRC mismatch at " + std::to_string(pos); return r;
+      r.error = "data CRC mismatch at " + std::to_string(pos);
+      return r;
     }
     r.data.push_back(std::move(data));
     pos += len + 4;
@@ -116,9 +124,19 @@ std::vector<Field> WalkFields(const std::string& s) {
     const uint64_t key = ReadVarint(s, &pos);
     Field f{static_cast<int>(key >> 3), static_cast<int>(key & 7), 0, {}};
     switch (f.wire_type) {
-      case 0: f.scalar = ReadVarint(s, &pos); break;
-      case 1: REQUIRE(pos + 8 <= s.size()); f.scalar = ReadLittleEndian(s, pos, 8); pos += 8; break;
-      case 5: REQUIRE(pos + 4 <= s.size()); f.scalar = ReadLittleEndian(s, pos, 4); pos += 4; break;
+      case 0:
+        f.scalar = ReadVarint(s, &pos);
+        break;
+      case 1:
+        REQUIRE(pos + 8 <= s.size());
+        f.scalar = ReadLittleEndian(s, pos, 8);
+        pos += 8;
+        break;
+      case 5:
+        REQUIRE(pos + 4 <= s.size());
+        f.scalar = ReadLittleEndian(s, pos, 4);
+        pos += 4;
+        break;
       case 2: {
         const uint64_t n = ReadVarint(s, &pos);
         REQUIRE(pos + n <= s.size());
@@ -126,7 +144,8 @@ std::vector<Field> WalkFields(const std::string& s) {
         pos += n;
         break;
       }
-      default: FAIL("unexpected wire type " << f.wire_type);
+      default:
+        FAIL("unexpected wire type " << f.wire_type);
     }
     out.push_back(f);
   }

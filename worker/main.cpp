@@ -3,14 +3,24 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include <csignal>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "worker/worker_client.h"
 
 namespace {
 farm::WorkerClient* g_client = nullptr;
+
+double MaxRssMb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
 extern "C" void OnSignal(int) {
   if (g_client) g_client->RequestStop();
 }
@@ -22,10 +32,12 @@ int main(int argc, char** argv) {
   std::string endpoint;
   int index = 0;
   std::vector<std::string> overrides;
+  std::string stats_file;
   app.add_option("--config", config_path, "YAML config file (the learner's)")->check(CLI::ExistingFile);
   app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555")->required();
   app.add_option("--index", index, "this worker's index (seeds and identity)")->check(CLI::NonNegativeNumber);
   app.add_option("--set", overrides, "override a config key: --set env.num_envs=64");
+  app.add_option("--stats-file", stats_file, "write this worker's statistics (JSON) here at exit");
   CLI11_PARSE(app, argc, argv);
 
   // Die with the launcher: no orphan workers if it is killed.
@@ -50,6 +62,18 @@ int main(int argc, char** argv) {
   const farm::Status s = client->Run();
   g_client = nullptr;
   const auto& st = client->stats();
+  if (!stats_file.empty()) {
+    nlohmann::json j = {{"index", index},
+                        {"env_steps", st.env_steps},
+                        {"episodes", st.episodes},
+                        {"messages", st.messages},
+                        {"seconds", st.seconds},
+                        {"sps", st.seconds > 0 ? static_cast<double>(st.env_steps) / st.seconds : 0.0},
+                        {"round_trip_us_p50", st.RoundTripPercentile(0.50)},
+                        {"round_trip_us_p99", st.RoundTripPercentile(0.99)},
+                        {"max_rss_mb", MaxRssMb()}};
+    std::ofstream(stats_file) << j.dump() << "\n";
+  }
   if (s.ok() || s.code() == farm::Status::Code::kClosed) {
     spdlog::info("worker {} done: {} env steps, {} episodes", index, st.env_steps, st.episodes);
     return 0;

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/transport.h"
@@ -13,6 +14,8 @@
 
 namespace farm {
 namespace {
+
+constexpr std::size_t kMaxRoundTripSamples = 1 << 20;
 
 uint64_t MixSeed(uint64_t seed, uint64_t index) {
   uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (index + 1);
@@ -28,7 +31,10 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   std::unique_ptr<WorkerClient> w(new WorkerClient());
   w->config_ = config;
   w->endpoint_ = learner_endpoint;
-  w->identity_ = fmt::format("worker-{}-{}", index, ::getpid());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  // Unique across hosts and containers (where every worker may be PID 1).
+  w->identity_ = fmt::format("worker-{}-{}-{}", host, index, ::getpid());
   const int group_size = config.env.num_envs / config.env.num_groups;
   for (int g = 0; g < config.env.num_groups; ++g) {
     std::unique_ptr<EnvGroup> group;
@@ -38,6 +44,8 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   }
   w->next_seq_.assign(w->groups_.size(), 0);
   w->waiting_.assign(w->groups_.size(), 0);
+  w->sent_at_.resize(w->groups_.size());
+  w->stats_.round_trip_us.reserve(kMaxRoundTripSamples);
   w->socket_ = MakeDealer(w->ctx_, w->identity_, learner_endpoint, config.transport);
   *out = std::move(w);
   return Status::Ok();
@@ -56,7 +64,9 @@ Status WorkerClient::Handshake() {
   hello->set_num_groups(static_cast<uint32_t>(groups_.size()));
   ToWire(spec.observation, hello->mutable_observation());
   ToWire(spec.action, hello->mutable_action());
-  SendEnvelope(socket_, env, &scratch_);
+  if (!SendEnvelope(socket_, env, &scratch_))
+    return Status::IoError(fmt::format("cannot reach the learner at {} within {} s", endpoint_,
+                                       config_.transport.worker_give_up_s));
 
   const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
   wire::Envelope reply;
@@ -105,7 +115,11 @@ void WorkerClient::SendStep(int g, bool first) {
     }
     stats_.episodes += static_cast<int64_t>(group.finished().size());
   }
-  SendEnvelope(socket_, out_, &scratch_);
+  if (!SendEnvelope(socket_, out_, &scratch_)) {
+    send_failed_ = true;  // reported by the loop
+    return;
+  }
+  sent_at_[g] = std::chrono::steady_clock::now();
   waiting_[g] = 1;
   ++stats_.messages;
 }
@@ -118,6 +132,9 @@ Status WorkerClient::OnAction(const wire::ActionReply& reply) {
   const Space& action = group.spec().action;
   const auto n = static_cast<int64_t>(group.size());
   waiting_[g] = 0;
+  if (stats_.round_trip_us.size() < kMaxRoundTripSamples)
+    stats_.round_trip_us.push_back(
+        std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - sent_at_[g]).count());
   if (action.is_discrete()) {
     if (auto s = CheckTensor(reply.action(), DType::kInt64, {n}, "ActionReply.action"); !s.ok()) return s;
     const auto* a = reinterpret_cast<const int64_t*>(reply.action().data().data());
@@ -136,7 +153,29 @@ Status WorkerClient::OnAction(const wire::ActionReply& reply) {
   return Status::Ok();
 }
 
+double WorkerStats::RoundTripPercentile(double q) const {
+  if (round_trip_us.empty()) return 0;
+  std::vector<float> v = round_trip_us;
+  const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
 Status WorkerClient::Run() {
+  const auto start = std::chrono::steady_clock::now();
+  Status status;
+  try {
+    status = Loop();
+  } catch (const zmq::error_t& e) {
+    // A signal interrupted a blocking call outside the receive loop (e.g. during the handshake).
+    status = (e.num() == EINTR && stop_requested_.load()) ? Status::Closed("stop requested")
+                                                           : Status::IoError(fmt::format("ZeroMQ: {}", e.what()));
+  }
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
+}
+
+Status WorkerClient::Loop() {
   if (auto s = Handshake(); !s.ok()) return s;
   spdlog::info("{}: connected to {} ({} envs of {} in {} groups)", identity_, endpoint_, config_.env.num_envs,
                config_.env.name, groups_.size());
@@ -147,6 +186,9 @@ Status WorkerClient::Run() {
   const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
   wire::Envelope in;
   while (!stop_requested_.load()) {
+    if (send_failed_)
+      return Status::IoError(fmt::format("the learner at {} stopped taking messages for {} s; giving up", endpoint_,
+                                         config_.transport.worker_give_up_s));
     Status status;
     bool got = false;
     try {

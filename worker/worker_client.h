@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ struct WorkerStats {
   int64_t env_steps = 0;
   int64_t episodes = 0;
   int64_t messages = 0;
+  double seconds = 0;                   // from the first request to the end of Run()
+  std::vector<float> round_trip_us;     // request sent -> its actions received, per message (capped)
+  // Percentile q in [0, 1] of round_trip_us (0 when empty).
+  double RoundTripPercentile(double q) const;
 };
 
 class WorkerClient {
@@ -40,6 +45,7 @@ class WorkerClient {
 
  private:
   WorkerClient() = default;
+  Status Loop();
   Status Handshake();
   void SendStep(int group, bool first);
   Status OnAction(const wire::ActionReply& reply);
@@ -52,9 +58,11 @@ class WorkerClient {
   std::vector<std::unique_ptr<EnvGroup>> groups_;
   std::vector<uint64_t> next_seq_;  // per group: seq of the next request
   std::vector<uint8_t> waiting_;    // per group: a request is in flight
+  std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per group
   wire::Envelope out_;              // reused for every request
   std::string scratch_;
   std::atomic<bool> stop_requested_{false};
+  bool send_failed_ = false;
   WorkerStats stats_;
 };
 

@@ -55,8 +55,9 @@ StepResult MountainCar::step(const ActionRef& action, float* obs) {
 EnvSpec MountainCarSpec(const EnvOptions& /*resolved*/) {
   EnvSpec spec;
   spec.name = "MountainCar-v0";
-  spec.observation = Space::Box({2}, {static_cast<float>(MountainCar::kMinPosition), -static_cast<float>(MountainCar::kMaxSpeed)},
-                                {static_cast<float>(MountainCar::kMaxPosition), static_cast<float>(MountainCar::kMaxSpeed)});
+  spec.observation =
+      Space::Box({2}, {static_cast<float>(MountainCar::kMinPosition), -static_cast<float>(MountainCar::kMaxSpeed)},
+                 {static_cast<float>(MountainCar::kMaxPosition), static_cast<float>(MountainCar::kMaxSpeed)});
   spec.action = Space::Discrete(3);
   spec.max_episode_steps = MountainCar::kMaxEpisodeSteps;
   spec.reward_threshold = MountainCar::kRewardThreshold;

@@ -20,7 +20,7 @@ class Pendulum : public Env {
   static constexpr double kMass = 1.0;
   static constexpr double kLength = 1.0;
   static constexpr double kPi = 3.14159265358979323846;
-  static constexpr double kResetTheta = kPi;  // reset theta ~ U[-pi, pi]
+  static constexpr double kResetTheta = kPi;     // reset theta ~ U[-pi, pi]
   static constexpr double kResetThetaDot = 1.0;  // reset theta_dot ~ U[-1, 1]
   static constexpr int kMaxEpisodeSteps = 200;
 

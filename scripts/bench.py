@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Rollout Farm benchmark suite: runs every case several times, prints a table
+and writes every figure (medians and raw runs) with the machine's description
+as JSON. Called by `scripts/farm bench [--quick] [--out FILE]`.
+
+Cases: env-only, transport-only (random actions, no model), inference (served
+rows/s against a plain forward loop), training (PPO end to end with
+configs/cartpole_fast.yaml), sweeps (workers x envs per worker, acting with
+the policy), roofline (FLOPs per env step against the measured matmul peak),
+memory (worker and learner resident sets).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+class Bench:
+    def __init__(self, build_dir, quick):
+        self.build = build_dir
+        self.quick = quick
+        self.repeats = 3
+        self.bench_bin = os.path.join(build_dir, "bench", "farm-bench")
+
+    def micro(self, *args, seconds):
+        out = subprocess.run([self.bench_bin, "--seconds", str(seconds), *args], check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    def farm_run(self, config, workers, overrides, worker_stats=False, timeout=900):
+        """Runs scripts/farm run; returns (summary, worker stats list, wall seconds incl. start-up, launch time)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = os.path.join(tmp, "run")
+            env = dict(os.environ, FARM_BUILD_DIR=self.build)
+            if worker_stats:
+                env["FARM_WORKER_STATS_DIR"] = tmp
+            cmd = [os.path.join(ROOT, "scripts", "farm"), "run", config, "--workers", str(workers),
+                   "--set", f"run_dir={run_dir}", "--set", "learner.progress_interval_s=3600"]
+            for o in overrides:
+                cmd += ["--set", o]
+            launch = time.time()
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            wall = time.time() - launch
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            summary = json.load(open(os.path.join(run_dir, "summary.json")))
+            metrics = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+            stats = []
+            if worker_stats:
+                for name in sorted(os.listdir(tmp)):
+                    if name.startswith("worker-") and name.endswith(".json"):
+                        stats.append(json.load(open(os.path.join(tmp, name))))
+            return summary, metrics, stats, wall, launch
+
+    # ---------------------------------------------------------------- cases
+    def env_only(self):
+        s = 1 if self.quick else 2
+        runs = [self.micro("env", "--num-envs", "1024", seconds=s) for _ in range(self.repeats)]
+        return {"steps_per_second_per_core": median([r["steps_per_second"] for r in runs]), "runs": runs}
+
+    def transport_only(self, workers=2, num_envs=2048):
+        secs = 3 if self.quick else 5
+        runs = []
+        for _ in range(self.repeats):
+            summary, _, stats, _, _ = self.farm_run(
+                os.path.join(ROOT, "configs", "cartpole.yaml"), workers,
+                ["learner.random_actions=true", f"env.num_envs={num_envs}", "total_env_steps=1000000000000",
+                 f"max_wall_seconds={secs}", "stop_at_target=false"], worker_stats=True)
+            runs.append({"sps": summary["sps"],
+                         "round_trip_us_p50": median([w["round_trip_us_p50"] for w in stats]),
+                         "round_trip_us_p99": max(w["round_trip_us_p99"] for w in stats),
+                         "worker_max_rss_mb": max(w["max_rss_mb"] for w in stats),
+                         "batch_time": summary["time_seconds"]})
+        return {"workers": workers, "envs_per_worker": num_envs,
+                "env_steps_per_second": median([r["sps"] for r in runs]),
+                "round_trip_us_p50": median([r["round_trip_us_p50"] for r in runs]),
+                "round_trip_us_p99": median([r["round_trip_us_p99"] for r in runs]),
+                "worker_max_rss_mb": max(r["worker_max_rss_mb"] for r in runs), "runs": runs}
+
+    def inference(self, batch=1024):
+        s = 1 if self.quick else 2
+        pairs = []
+        for _ in range(self.repeats):
+            fwd = self.micro("forward", "--batch", str(batch), seconds=s)
+            srv = self.micro("serve", "--batch", str(batch), seconds=s)
+            pairs.append({"forward_rows_per_second": fwd["rows_per_second"],
+                          "served_rows_per_second": srv["rows_per_second"],
+                          "ratio": srv["rows_per_second"] / fwd["rows_per_second"]})
+        return {"batch": batch, "forward_rows_per_second": median([p["forward_rows_per_second"] for p in pairs]),
+                "served_rows_per_second": median([p["served_rows_per_second"] for p in pairs]),
+                "ratio": median([p["ratio"] for p in pairs]), "runs": pairs}
+
+    def training(self, workers):
+        config = os.path.join(ROOT, "configs", "cartpole_fast.yaml")
+        runs = []
+        for seed in range(1, self.repeats + 1):
+            summary, metrics, stats, wall, launch = self.farm_run(config, workers, [f"seed={seed}"],
+                                                                 worker_stats=True)
+            solved_unix = summary.get("solved_at_unix")
+            rss = [m["rss_mb"] for m in metrics if m.get("rss_mb")]
+            runs.append({
+                "seed": seed, "sps": summary["sps"], "env_steps": summary["env_steps"],
+                "mean_return_100": summary["mean_return_100"], "solved_at_steps": summary["solved_at_steps"],
+                "solved_at_seconds": summary["solved_at_seconds"],
+                "time_to_solve_incl_start_s": (solved_unix - launch) if solved_unix else None,
+                "wall_incl_start_s": wall, "time_seconds": summary["time_seconds"],
+                "learner_rss_mb_first": rss[0] if rss else None, "learner_rss_mb_last": rss[-1] if rss else None,
+                "learner_max_rss_mb": summary.get("max_rss_mb"),
+                "worker_max_rss_mb": max((w["max_rss_mb"] for w in stats), default=None),
+                "updates": summary["updates"], "device": summary.get("device"),
+                "torch_version": summary.get("torch_version")})
+        return {"config": "configs/cartpole_fast.yaml", "workers": workers,
+                "sps": median([r["sps"] for r in runs]),
+                "mean_return_100": median([r["mean_return_100"] for r in runs]),
+                "time_to_solve_incl_start_s": median([r["time_to_solve_incl_start_s"] for r in runs]),
+                "solved_runs": sum(1 for r in runs if r["solved_at_steps"] is not None),
+                "runs": runs}
+
+    def sweeps(self):
+        worker_counts = [1, 2, 4, 8]
+        env_counts = [16, 64, 256, 1024]
+        secs = 1.5 if self.quick else 3
+        table = []
+        for w in worker_counts:
+            for e in env_counts:
+                summary, _, _, _, _ = self.farm_run(
+                    os.path.join(ROOT, "configs", "cartpole.yaml"), w,
+                    ["learner.train=false", f"env.num_envs={e}", "total_env_steps=1000000000000",
+                     f"max_wall_seconds={secs}", "stop_at_target=false"])
+                table.append({"workers": w, "envs_per_worker": e, "sps": summary["sps"],
+                              "batch_rows_avg": summary.get("batch_rows_avg")})
+                log(f"sweep workers={w} envs={e}: {summary['sps']:.0f} steps/s")
+        return {"mode": "acting with the policy (learner.train=false)", "table": table}
+
+    def roofline(self, training_sps):
+        s = 1 if self.quick else 2
+        flops = self.micro("flops", "--config", os.path.join(ROOT, "configs", "cartpole_fast.yaml"), seconds=s)
+        cores = os.cpu_count() or 1
+        peak = median([self.micro("matmul", "--threads", str(cores), seconds=s)["gflops"]
+                       for _ in range(self.repeats)])
+        ceiling = peak * 1e9 / flops["flops_per_env_step"]
+        return {"flops_per_env_step": flops["flops_per_env_step"], "peak_gflops": peak, "threads": cores,
+                "ceiling_sps": ceiling, "training_sps": training_sps,
+                "fraction_of_ceiling": training_sps / ceiling if training_sps else None}
+
+
+def machine():
+    model = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu_model": model, "platform": platform.platform()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--quick", action="store_true", help="shorter cases, fewer sweep seconds")
+    ap.add_argument("--out", default="bench.json", help="JSON output file")
+    ap.add_argument("--cases", default="env,transport,inference,training,sweeps,roofline",
+                    help="comma-separated subset of cases")
+    args = ap.parse_args()
+    b = Bench(args.build_dir, args.quick)
+    cases = args.cases.split(",")
+    result = {"machine": machine(), "quick": args.quick, "repeats": b.repeats}
+    workers = os.cpu_count() or 1
+    if "env" in cases:
+        log("env-only")
+        result["env_only"] = b.env_only()
+    if "transport" in cases:
+        log("transport-only")
+        result["transport_only"] = b.transport_only()
+    if "inference" in cases:
+        log("inference")
+        result["inference"] = b.inference()
+    if "training" in cases:
+        log("training")
+        result["training"] = b.training(workers)
+        result["machine"]["device"] = result["training"]["runs"][0]["device"]
+        result["machine"]["torch_version"] = result["training"]["runs"][0]["torch_version"]
+    if "sweeps" in cases:
+        log("sweeps")
+        result["sweeps"] = b.sweeps()
+    if "roofline" in cases:
+        log("roofline")
+        result["roofline"] = b.roofline(result.get("training", {}).get("sps"))
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+
+    def fmt(v, spec=",.0f"):
+        return "-" if v is None else format(v, spec)
+
+    print(f"\nRollout Farm benchmark ({result['machine']['cores']} cores, {result['machine']['cpu_model']})")
+    if "env_only" in result:
+        print(f"  env-only          CartPole steps/s per core     {fmt(result['env_only']['steps_per_second_per_core'])}")
+    if "transport_only" in result:
+        t = result["transport_only"]
+        print(f"  transport-only    env steps/s ({t['workers']} workers)    {fmt(t['env_steps_per_second'])}   "
+              f"round trip p50 {fmt(t['round_trip_us_p50'], '.0f')} us, p99 {fmt(t['round_trip_us_p99'], '.0f')} us")
+    if "inference" in result:
+        i = result["inference"]
+        print(f"  inference         served rows/s @{i['batch']}          {fmt(i['served_rows_per_second'])}   "
+              f"plain forward {fmt(i['forward_rows_per_second'])}  ratio {fmt(i['ratio'], '.2f')}")
+    if "training" in result:
+        t = result["training"]
+        print(f"  training          env steps/s                   {fmt(t['sps'])}   mean return "
+              f"{fmt(t['mean_return_100'], '.1f')}, solved {t['solved_runs']}/{len(t['runs'])}, time to solve "
+              f"(incl. start) {fmt(t['time_to_solve_incl_start_s'], '.2f')} s")
+        r0 = t["runs"][0]
+        print(f"  memory            worker max RSS {fmt(r0['worker_max_rss_mb'], '.1f')} MiB, learner RSS "
+              f"{fmt(r0['learner_rss_mb_first'], '.1f')} -> {fmt(r0['learner_rss_mb_last'], '.1f')} MiB")
+    if "roofline" in result:
+        r = result["roofline"]
+        print(f"  roofline          {fmt(r['flops_per_env_step'])} FLOP/step, peak {fmt(r['peak_gflops'], '.1f')} "
+              f"GFLOP/s -> ceiling {fmt(r['ceiling_sps'])} steps/s; training at {fmt(r['fraction_of_ceiling'], '.1%')}")
+    if "sweeps" in result:
+        envs = sorted({row["envs_per_worker"] for row in result["sweeps"]["table"]})
+        print("  sweep (acting, steps/s)   envs/worker: " + "".join(f"{e:>10}" for e in envs))
+        for w in sorted({row["workers"] for row in result["sweeps"]["table"]}):
+            cells = {row["envs_per_worker"]: row["sps"] for row in result["sweeps"]["table"] if row["workers"] == w}
+            print(f"    workers {w:<3}                      " + "".join(f"{fmt(cells.get(e)):>10}" for e in envs))
+    print(f"\nwritten: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
