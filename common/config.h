@@ -79,6 +79,8 @@ struct LearnerConfig {
   bool cuda_graphs = false;        // replay fixed-shape inference with CUDA graphs
   bool train = true;               // false: act with the initial (or loaded) policy, never update
   bool random_actions = false;     // uniform random actions, no model: measures transport alone
+  std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)
+  bool deterministic = false;      // act with the mode (discrete) or mean (box) instead of sampling
 
   template <class V> void visit(V& v) {
     v("device", device);
@@ -86,6 +88,8 @@ struct LearnerConfig {
     v("cuda_graphs", cuda_graphs);
     v("train", train);
     v("random_actions", random_actions);
+    v("init_from", init_from);
+    v("deterministic", deterministic);
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));
     v("progress_interval_s", progress_interval_s, Rule::Positive());

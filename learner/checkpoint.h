@@ -1,13 +1,18 @@
 // Checkpoints: policy, optimizer, counters and (optionally) the fp16 loss
 // scaler's state in one LibTorch archive, written atomically (temp file,
-// fsync, rename).
+// fsync, rename). Also the run's policy_spec.json (the spaces and widths that
+// rebuild the ActorCritic) and LoadPolicy, which rebuilds a run's latest policy
+// for the tools (farm-eval, farm-export).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "common/config.h"
+#include "common/space.h"
 #include "common/status.h"
 #include "learner/amp.h"
 #include "learner/policy.h"
@@ -34,5 +39,28 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
 // scaler) leaves `scaler` as it is.
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
                       TrainingCounters* counters, LossScaler* scaler = nullptr);
+
+// policy_spec.json: what ActorCritic's constructor needs, written by the
+// learner when it creates the policy:
+//   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64]}
+//   SPACE = {"kind": "discrete"|"box", "shape": [..], "n": N, "low": [..], "high": [..]}
+// A box's low/high hold numel() numbers each (n is 0); a discrete space has
+// shape/low/high empty and n > 0. JSON has no infinities: a non-finite bound is
+// written as the string "inf", "-inf" or "nan".
+std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden);
+
+// Parses PolicySpecJson's text; `source` (a file name) prefixes every error,
+// which names the offending key and what was expected.
+Status ParsePolicySpecJson(const std::string& text, const std::string& source, Space* obs, Space* action,
+                           std::vector<int>* hidden);
+
+// Rebuilds a run's latest policy on the CPU: reads run_dir/config.yaml into
+// `config`, run_dir/policy_spec.json, and the checkpoint named by
+// run_dir/checkpoints/latest (its counters into `counters`, its weights into a
+// new `policy`; the optimizer state is skipped). Errors name the missing or
+// corrupt file and what was expected. `checkpoint_path` (optional) receives the
+// checkpoint's path. `counters` may be null.
+Status LoadPolicy(const std::string& run_dir, ActorCritic* policy, FarmConfig* config, TrainingCounters* counters,
+                  std::string* checkpoint_path = nullptr);
 
 }  // namespace farm

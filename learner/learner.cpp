@@ -141,6 +141,7 @@ struct Learner::Impl {
   void ShowProgress(bool force);
   nlohmann::json Summary() const;
   void UpdateReadyHint();
+  void WarmUp();
 
   FarmConfig config;
   std::string run_dir;
@@ -239,6 +240,12 @@ Status Learner::Impl::Init() {
   if (auto s = ParsePrecision(config.learner.precision, &precision); !s.ok()) return s;
   if (auto s = CheckPrecision(precision, device); !s.ok()) return s;
   torch::set_num_threads(config.learner.threads);
+  if (device.is_cuda()) {
+    // fp32 matmuls may use TF32 tensor cores; convolutions pick their fastest algorithm.
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(true);
+  }
   torch::manual_seed(config.seed);
 
   run_dir = config.run_dir.empty() ? fmt::format("runs/{}-{}", config.name, Timestamp()) : config.run_dir;
@@ -404,16 +411,36 @@ void Learner::Impl::OnHello(Work& w) {
   if (!act.is_discrete() && act.dtype != DType::kFloat32)
     return refuse("action space must be discrete or a float32 box, got " + act.ToString());
   if (!obs_space) {
+    std::vector<int> hidden = config.ppo.hidden_sizes;
+    ActorCritic initial{nullptr};
+    if (!config.learner.init_from.empty()) {
+      FarmConfig saved;
+      std::string path;
+      if (auto s = LoadPolicy(config.learner.init_from, &initial, &saved, nullptr, &path); !s.ok())
+        return refuse("learner.init_from: " + s.message());
+      if (initial->observation_space() != obs || initial->action_space() != act)
+        return refuse(fmt::format("learner.init_from: the policy in {} takes {} and acts in {}, but this worker's env "
+                                  "has {} and {}",
+                                  config.learner.init_from, initial->observation_space().ToString(),
+                                  initial->action_space().ToString(), obs.ToString(), act.ToString()));
+      hidden = saved.ppo.hidden_sizes;
+      spdlog::info("starting from {}", path);
+    }
     obs_space = obs;
     action_space = act;
     env_name = h.env_name();
     obs_shape = obs.shape;
-    acting = ActorCritic(obs, act, config.ppo.hidden_sizes);
-    training = ActorCritic(obs, act, config.ppo.hidden_sizes);
+    acting = ActorCritic(obs, act, hidden);
+    training = ActorCritic(obs, act, hidden);
+    if (initial) training->CopyFrom(*initial);
     acting->CopyFrom(*training);
     acting->to(device);
     training->to(device);
     acting->eval();
+    if (auto s = WriteFileAtomic(run_dir + "/policy_spec.json", PolicySpecJson(obs, act, hidden));
+        !s.ok())
+      spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
+    WarmUp();
     trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed, precision);
     store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(),
                                               act.is_discrete() ? 0 : act.numel());
@@ -548,11 +575,9 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
     AutocastGuard autocast(device, precision);
     torch::Tensor obs = batch_obs.narrow(0, 0, rows);
     if (device.is_cuda()) obs = obs.to(device, /*non_blocking=*/true);
-    ActOutput out = acting->Act(obs.view([&] {
-      std::vector<int64_t> s{rows};
-      s.insert(s.end(), obs_shape.begin(), obs_shape.end());
-      return s;
-    }()));
+    std::vector<int64_t> shape{rows};
+    shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
+    ActOutput out = acting->Act(obs.view(shape), config.learner.deterministic);
     *action = out.action.to(torch::kCPU).contiguous();
     *logp = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
     *value = out.value.to(torch::kCPU, torch::kFloat32).contiguous();
@@ -759,6 +784,21 @@ void Learner::Impl::CheckStop() {
       stop_reason = "stop requested";
     }
   }
+}
+
+// One forward pass at the largest batch before serving, so that the first
+// requests do not pay for allocator growth, kernel selection or lazy init.
+void Learner::Impl::WarmUp() {
+  const auto t0 = Clock::now();
+  std::vector<int64_t> shape{config.batcher.max_rows};
+  shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
+  {
+    c10::InferenceMode guard;
+    AutocastGuard autocast(device, precision);
+    auto out = acting->Act(torch::zeros(shape, torch::TensorOptions().device(device)));
+    (void)out.action.to(torch::kCPU);
+  }
+  spdlog::debug("warm-up forward at batch {}: {:.1f} ms", config.batcher.max_rows, 1e3 * Seconds(Clock::now() - t0));
 }
 
 void Learner::Impl::UpdateReadyHint() {

@@ -18,8 +18,20 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML config file (default: built-in defaults)")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key: --set ppo.lr=1e-3 (repeatable)");
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
+  std::string serve_dir;
+  app.add_option("--serve", serve_dir,
+                 "serve the latest policy of this run directory without training (its config.yaml unless --config)")
+      ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
 
+  if (!serve_dir.empty()) {
+    if (config_path.empty()) config_path = serve_dir + "/config.yaml";
+    // Serving: the run's policy, no updates, until stopped. User overrides still come last.
+    std::vector<std::string> serve = {"learner.init_from=" + serve_dir, "learner.train=false",
+                                      "total_env_steps=4611686018427387904", "stop_at_target=false", "run_dir=",
+                                      "name=serve"};
+    overrides.insert(overrides.begin(), serve.begin(), serve.end());
+  }
   farm::FarmConfig config;
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# farm-eval and farm-export on a real (tiny) CartPole run: trains 3000 env
+# steps, evaluates 5 episodes, exports TorchScript and checks in Python that
+# torch.jit.load's module gives the C++ policy's actions exactly.
+# Usage: export_test.sh BUILD_DIR. Needs python3-torch (Debian package).
+set -euo pipefail
+build_dir="$1"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { printf 'export_test: FAIL: %s\n' "$*" >&2; exit 1; }
+
+# A python3 that can import torch: the one on PATH, else Debian's (a pyenv or venv python3 on PATH does not
+# see Debian's dist-packages).
+torch_python=""
+for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python="$py"; break; fi
+done
+[ -n "$torch_python" ] || fail "no python3 can 'import torch'; install the Debian package: apt-get install python3-torch"
+for bin in tools/farm-eval tools/farm-export learner/farm-learner worker/farm-worker; do
+  [ -x "$build_dir/$bin" ] || fail "$build_dir/$bin is not built"
+done
+
+FARM_BUILD_DIR="$build_dir" "$root/scripts/farm" run "$root/configs/cartpole.yaml" --workers 1 \
+  --set total_env_steps=3000 --set stop_at_target=false --set run_dir="$tmp/run" \
+  --set learner.checkpoint_every=0 --set learner.progress_interval_s=5
+[ -f "$tmp/run/policy_spec.json" ] || fail "the learner wrote no $tmp/run/policy_spec.json"
+[ -f "$tmp/run/checkpoints/latest" ] || fail "the learner wrote no checkpoint"
+
+"$build_dir/tools/farm-eval" "$tmp/run" --episodes 5 >"$tmp/eval.json" || fail "farm-eval exited with status $?"
+"$torch_python" - "$tmp/eval.json" <<'PY'
+import json, math, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, f"farm-eval should print one JSON line, got {lines!r}"
+r = json.loads(lines[0])
+print("eval:", json.dumps(r))
+assert r["episodes"] == 5, r
+for key in ("mean_return", "std_return", "min", "max", "mean_length"):
+    assert isinstance(r[key], (int, float)) and math.isfinite(r[key]), (key, r[key])
+assert r["min"] <= r["mean_return"] <= r["max"], r
+assert r["mean_length"] >= 1 and r["env_steps_trained"] >= 3000, r
+assert r["checkpoint"].endswith(".pt"), r
+PY
+
+"$build_dir/tools/farm-export" "$tmp/run" "$tmp/policy.pt" --check-file "$tmp/check.json" \
+  || fail "farm-export exited with status $?"
+[ -f "$tmp/policy.pt" ] || fail "farm-export wrote no $tmp/policy.pt"
+
+"$torch_python" - "$tmp/policy.pt" "$tmp/check.json" <<'PY'
+import collections, json, sys
+import torch
+module = torch.jit.load(sys.argv[1])
+check = json.load(open(sys.argv[2]))
+x = torch.tensor(check["inputs"], dtype=torch.float32).reshape(-1, *check["obs_shape"])
+with torch.no_grad():
+    actions = module(x)
+assert actions.shape[0] == x.shape[0], (actions.shape, x.shape)
+if check["action_kind"] == "discrete":
+    assert actions.dtype == torch.int64, actions.dtype
+    assert actions.tolist() == check["actions"], (actions.tolist(), check["actions"])
+    print("discrete actions match exactly:", dict(collections.Counter(actions.tolist())))
+else:
+    expected = torch.tensor(check["actions"], dtype=torch.float32)
+    assert actions.dtype == torch.float32, actions.dtype
+    diff = (actions.reshape(expected.shape) - expected).abs().max().item()
+    assert diff <= 1e-6, diff
+    print("box actions match, max difference", diff)
+print("ok:", len(check["inputs"]), "samples")
+PY

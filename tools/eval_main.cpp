@@ -1,0 +1,155 @@
+// farm-eval: runs a trained run's latest policy deterministically on fresh envs and reports episode returns.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "learner/checkpoint.h"
+#include "learner/policy.h"
+#include "worker/env_group.h"
+
+namespace {
+
+int Fail(const std::string& message, int code = 2) {
+  fmt::print(stderr, "farm-eval: {}\n", message);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Rollout Farm evaluation: loads RUN_DIR's latest checkpoint, acts deterministically (argmax / Gaussian mean, "
+      "box actions clipped to the bounds) on fresh envs of the run's env, and prints one JSON line with the "
+      "return statistics of N episodes (a human summary goes to stderr)"};
+  std::string run_dir;
+  int episodes = 100;
+  int num_envs = 16;
+  uint64_t seed = 0;
+  int64_t max_steps = 10'000'000;
+  std::vector<std::string> overrides;
+  app.add_option("RUN_DIR", run_dir, "training run directory (config.yaml, policy_spec.json, checkpoints/)")
+      ->required();
+  app.add_option("--episodes", episodes, "episodes to evaluate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--envs", num_envs, "envs stepped together (env i runs about N/K of the episodes)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  auto* seed_opt = app.add_option("--seed", seed, "env seed (default: the run's seed)");
+  app.add_option("--max-steps", max_steps, "give up after this many env steps in all")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--set", overrides,
+                 "override a key of the run's config (e.g. env options: --set env.options.gravity=12); repeatable")
+      ->allow_extra_args(false);  // one key=value per --set, so RUN_DIR may follow
+  CLI11_PARSE(app, argc, argv);
+
+  torch::set_num_threads(1);
+  farm::ActorCritic policy{nullptr};
+  farm::FarmConfig config;
+  farm::TrainingCounters counters;
+  std::string checkpoint;
+  if (auto s = farm::LoadPolicy(run_dir, &policy, &config, &counters, &checkpoint); !s.ok()) return Fail(s.message());
+  if (!overrides.empty()) {
+    if (auto s = farm::LoadConfig(run_dir + "/config.yaml", overrides, &config); !s.ok()) return Fail(s.message());
+  }
+  if (seed_opt->count() == 0) seed = config.seed;
+  num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
+
+  std::unique_ptr<farm::EnvGroup> group;
+  if (auto s = farm::EnvGroup::Create(config.env.name, config.env.options, num_envs, seed, &group); !s.ok())
+    return Fail(s.message());
+  const farm::EnvSpec& spec = group->spec();
+  if (spec.observation != policy->observation_space() || spec.action != policy->action_space())
+    return Fail(fmt::format("env {} has observation {} and action {}, but the policy was trained on {} and {}",
+                            spec.name, spec.observation.ToString(), spec.action.ToString(),
+                            policy->observation_space().ToString(), policy->action_space().ToString()));
+
+  const farm::Space& action_space = spec.action;
+  const bool discrete = action_space.is_discrete();
+  std::vector<int64_t> obs_shape = {static_cast<int64_t>(num_envs)};
+  obs_shape.insert(obs_shape.end(), spec.observation.shape.begin(), spec.observation.shape.end());
+  torch::Tensor low, high;
+  if (!discrete) {
+    low = torch::tensor(action_space.low, torch::kFloat32);
+    high = torch::tensor(action_space.high, torch::kFloat32);
+  }
+
+  // Episodes are spread evenly over the envs (env i contributes N/K, the first N%K one more), as
+  // Stable-Baselines3's evaluate_policy does: taking whichever N episodes end first would favour short ones.
+  std::vector<int> quota(static_cast<std::size_t>(num_envs));
+  for (int i = 0; i < num_envs; ++i) quota[i] = episodes / num_envs + (i < episodes % num_envs ? 1 : 0);
+  std::vector<double> returns;
+  std::vector<double> lengths;
+  returns.reserve(static_cast<std::size_t>(episodes));
+  int64_t steps = 0;
+  {
+    c10::InferenceMode guard;
+    while (static_cast<int>(returns.size()) < episodes) {
+      if (steps >= max_steps)
+        return Fail(fmt::format("only {} of {} episodes finished within {} env steps (--max-steps)", returns.size(),
+                                episodes, max_steps),
+                    1);
+      const torch::Tensor obs = torch::from_blob(const_cast<float*>(group->obs()), obs_shape, torch::kFloat32);
+      torch::Tensor action = policy->Act(obs, /*deterministic=*/true).action;
+      if (discrete) {
+        action = action.to(torch::kInt64).contiguous();
+        group->Step(action.data_ptr<int64_t>(), nullptr);
+      } else {
+        action =
+            torch::clamp(action.reshape({num_envs, action_space.numel()}), low, high).to(torch::kFloat32).contiguous();
+        group->Step(nullptr, action.data_ptr<float>());
+      }
+      steps += num_envs;
+      // finished() lists the ended episodes in env order; match them to the envs that ended.
+      std::size_t next = 0;
+      for (int i = 0; i < num_envs; ++i) {
+        if (!group->terminated()[i] && !group->truncated()[i]) continue;
+        const farm::EpisodeStat& ep = group->finished().at(next++);
+        if (quota[i] > 0) {
+          --quota[i];
+          returns.push_back(ep.episode_return);
+          lengths.push_back(ep.length);
+        }
+      }
+    }
+  }
+
+  const double n = static_cast<double>(returns.size());
+  double mean = 0, mean_length = 0;
+  for (std::size_t i = 0; i < returns.size(); ++i) {
+    mean += returns[i];
+    mean_length += lengths[i];
+  }
+  mean /= n;
+  mean_length /= n;
+  double var = 0;
+  for (double r : returns) var += (r - mean) * (r - mean);
+  const double stddev = std::sqrt(var / n);  // population std, as numpy's default
+  const double min = *std::min_element(returns.begin(), returns.end());
+  const double max = *std::max_element(returns.begin(), returns.end());
+
+  nlohmann::ordered_json out = {{"episodes", returns.size()},
+                                {"mean_return", mean},
+                                {"std_return", stddev},
+                                {"min", min},
+                                {"max", max},
+                                {"mean_length", mean_length},
+                                {"checkpoint", checkpoint},
+                                {"env_steps_trained", counters.env_steps},
+                                {"env", spec.name},
+                                {"seed", seed}};
+  fmt::print("{}\n", out.dump());
+  fmt::print(stderr,
+             "farm-eval: {} over {} episodes: return {:.2f} ± {:.2f} (min {:.2f}, max {:.2f}), mean length {:.1f}; "
+             "{} ({} env steps trained)\n",
+             spec.name, returns.size(), mean, stddev, min, max, mean_length, checkpoint, counters.env_steps);
+  return 0;
+}
