@@ -23,6 +23,7 @@
 #include "common/wire.h"
 #include "learner/learner.h"
 #include "learner/policy.h"
+#include "learner/ppo.h"
 #include "worker/env_group.h"
 
 namespace {
@@ -185,6 +186,44 @@ int BenchServe(int batch, int threads, int clients, double seconds) {
   return 0;
 }
 
+// PPO updates on a random CartPole-shaped rollout with a config's settings:
+// the learner's update cost without collection.
+int BenchUpdate(const std::string& config_path, const std::vector<std::string>& overrides, int envs, double seconds) {
+  farm::FarmConfig config;
+  if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
+    fmt::print(stderr, "{}\n", s.message());
+    return 2;
+  }
+  torch::set_num_threads(config.learner.threads);
+  torch::manual_seed(1);
+  auto policy = CartPolePolicy(config.ppo.hidden_sizes);
+  farm::PpoTrainer trainer(policy, config.ppo, 1);
+  const int64_t T = config.ppo.rollout_length, N = envs;
+  farm::Rollout r;
+  r.obs = torch::randn({T, N, 4});
+  r.actions = torch::randint(2, {T, N}, torch::kInt64);
+  r.logp = torch::full({T, N}, -0.69f);
+  r.values = torch::randn({T, N});
+  r.rewards = torch::ones({T, N});
+  r.dones = (torch::rand({T, N}) < 0.02).to(torch::kFloat32);
+  r.last_value = torch::randn({N});
+  trainer.Update(r, 0.0);  // warm-up
+  int64_t updates = 0;
+  const auto t0 = Clock::now();
+  while (Since(t0) < seconds) {
+    trainer.Update(r, 0.0);
+    ++updates;
+  }
+  const double t = Since(t0);
+  const double samples = static_cast<double>(T * N * updates);
+  fmt::print("{}\n", nlohmann::json{{"case", "update"}, {"config", config_path}, {"samples_per_update", T * N},
+                                    {"epochs", config.ppo.update_epochs}, {"minibatches", config.ppo.num_minibatches},
+                                    {"ms_per_update", 1e3 * t / static_cast<double>(updates)},
+                                    {"samples_per_second", samples / t}}
+                         .dump());
+  return 0;
+}
+
 int BenchMatmul(int threads, int n, double seconds) {
   torch::set_num_threads(threads);
   auto a = torch::randn({n, n});
@@ -265,6 +304,10 @@ int main(int argc, char** argv) {
   auto* fl = app.add_subcommand("flops", "FLOPs per env step of a config");
   fl->add_option("--config", config_path)->required();
   fl->add_option("--set", overrides);
+  auto* up = app.add_subcommand("update", "PPO update cost on a random rollout");
+  up->add_option("--config", config_path)->required();
+  up->add_option("--set", overrides);
+  up->add_option("--envs", num_envs, "envs in the rollout (N)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (*env_cmd) return BenchEnv(env, num_envs, seconds);
@@ -272,5 +315,6 @@ int main(int argc, char** argv) {
   if (*serve) return BenchServe(batch, threads, clients, seconds);
   if (*mm) return BenchMatmul(threads, n, seconds);
   if (*fl) return BenchFlops(config_path, overrides);
+  if (*up) return BenchUpdate(config_path, overrides, num_envs, seconds);
   return 2;
 }

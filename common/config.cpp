@@ -280,6 +280,9 @@ Status ValidateConfig(const FarmConfig& c) {
         "env.num_envs ({}) must be a multiple of env.num_groups ({})", c.env.num_envs, c.env.num_groups));
   if (c.stop_at_target && !c.target_return)
     return Status::InvalidArgument("stop_at_target is true but target_return is not set");
+  if (c.learner.cuda_graphs)
+    return Status::InvalidArgument(
+        "learner.cuda_graphs: CUDA graph replay is not implemented in this version; set it to false");
   const auto& d = c.learner.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
     return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));

@@ -76,7 +76,7 @@ struct LearnerConfig {
   double progress_interval_s = 1.0;
   int min_workers = 1;          // workers that must join before acting
   std::string precision = "fp32";  // fp32 | fp16 (CUDA, with loss scaling) | bf16 (CUDA or CPU autocast)
-  bool cuda_graphs = false;        // replay fixed-shape inference with CUDA graphs
+  bool cuda_graphs = false;        // replay fixed-shape inference with CUDA graphs (not available yet: rejected)
   bool train = true;               // false: act with the initial (or loaded) policy, never update
   bool random_actions = false;     // uniform random actions, no model: measures transport alone
   std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)

@@ -199,7 +199,8 @@ struct Learner::Impl {
   int64_t batches = 0, batch_rows = 0;
   int64_t interval_steps = 0;
   Clock::time_point interval_start = Clock::now();
-  int64_t errors = 0;
+  int64_t errors = 0;                 // answered by the inference thread
+  std::atomic<int64_t> io_errors{0};  // answered by the I/O thread (undecodable, unexpected type)
 };
 
 Learner::Learner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -279,6 +280,7 @@ void Learner::Impl::IoLoop() {
   std::vector<zmq::message_t> frames;
   std::string err_scratch;
   auto send_error = [&](const std::string& identity, const std::string& message) {
+    io_errors.fetch_add(1);
     wire::Envelope e;
     e.mutable_error()->set_message(message);
     e.SerializeToString(&err_scratch);
@@ -337,6 +339,8 @@ void Learner::Impl::IoLoop() {
 // ---------------------------------------------------------------- trainer
 
 void Learner::Impl::TrainerLoop() {
+  // OpenMP's thread count is a per-thread setting: set it here too, not only on the thread that ran Init.
+  torch::set_num_threads(config.learner.threads);
   TrainJob job;
   while (jobs.Receive(&job).ok()) {
     auto result = std::make_shared<TrainResult>();
@@ -630,6 +634,17 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const torch::Tensor& acti
       SetTensor(a->mutable_action(), action_space->is_discrete() ? DType::kInt64 : DType::kFloat32, shape,
                 act_ptr + row * action_numel * action_bytes,
                 static_cast<std::size_t>(w->rows * action_numel) * action_bytes);
+      if (!action_space->is_discrete()) {
+        // The env gets the action clipped to its bounds; the store keeps the unclipped sample, whose
+        // log-prob the PPO ratio needs.
+        auto* out = reinterpret_cast<float*>(a->mutable_action()->mutable_data()->data());
+        const auto& lo = action_space->low;
+        const auto& hi = action_space->high;
+        for (int64_t i = 0; i < w->rows * action_numel; ++i) {
+          const auto k = static_cast<std::size_t>(i % action_numel);
+          out[i] = std::min(std::max(out[i], lo[k]), hi[k]);
+        }
+      }
       Reply(w->identity, reply);
     }
     row += w->rows;
@@ -648,7 +663,6 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
         if (!stopping) {
           stopping = true;
           stop_reason = w.reason;
-          spdlog::info("stopping: {}", w.reason);
         }
         break;
       case Work::Kind::kTrainerDone:
@@ -845,7 +859,7 @@ nlohmann::json Learner::Impl::Summary() const {
       {"policy_version", version},
       {"workers", workers.size()},
       {"num_envs", store ? store->num_envs() : 0},
-      {"protocol_errors", errors},
+      {"protocol_errors", errors + io_errors.load()},
       {"stop_reason", stop_reason},
       {"device", device.str()},
       {"precision", config.learner.precision},
