@@ -18,21 +18,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "learner/metrics.h"
+#include "common/files.h"
 
 namespace farm {
-namespace {
-
-Status Fsync(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IoError(fmt::format("{}: fsync failed: {}", path, std::strerror(errno)));
-  return Status::Ok();
-}
-
-}  // namespace
 
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
                       const TrainingCounters& c, std::string* written_path, const LossScaler* scaler) {
@@ -61,9 +49,7 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
   } catch (const c10::Error& e) {
     return Status::IoError(fmt::format("{}: cannot write checkpoint: {}", tmp, e.what_without_backtrace()));
   }
-  if (auto s = Fsync(tmp); !s.ok()) return s;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, std::strerror(errno)));
+  if (auto s = CommitFile(tmp, path); !s.ok()) return s;
   if (auto s = WriteFileAtomic(dir + "/latest", name + "\n"); !s.ok()) return s;
   if (written_path) *written_path = path;
   return Status::Ok();

@@ -2,6 +2,8 @@
 // TorchScript source, so the saved file needs nothing from this code base to run.
 #include "learner/export.h"
 
+#include "common/files.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -60,15 +62,6 @@ Status ActorLayers(ActorCriticImpl& policy, std::vector<Layer>* out) {
   return Status::Ok();
 }
 
-Status FsyncFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IoError(fmt::format("{}: fsync failed: {}", path, std::strerror(errno)));
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path) {
@@ -117,13 +110,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path) {
     std::remove(tmp.c_str());
     return Status::IoError(fmt::format("{}: cannot export the policy: {}", path, e.what_without_backtrace()));
   }
-  if (auto s = FsyncFile(tmp); !s.ok()) return s;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, why));
-  }
-  return Status::Ok();
+  return CommitFile(tmp, path);
 }
 
 }  // namespace farm

@@ -1,7 +1,6 @@
 // Episode windows, metrics rows, the progress line and atomic file writes.
 #include "learner/metrics.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -61,26 +60,5 @@ void ProgressLine::Finish() {
   drawn_ = false;
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return Status::IoError(fmt::format("{}: write failed: {}", tmp, std::strerror(err)));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    return Status::IoError(fmt::format("{}: fsync/close failed: {}", tmp, std::strerror(errno)));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, std::strerror(errno)));
-  return Status::Ok();
-}
 
 }  // namespace farm

@@ -1,6 +1,6 @@
 // Training statistics the learner reports: episode returns over a sliding
 // window, the metrics file (JSON lines), the live progress line and the
-// atomic writes used for summary.json and other run files.
+// summary written atomically (common/files.h).
 //
 // Threading: not thread-safe; used by the learner's inference thread.
 #pragma once
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/files.h"
 #include "common/status.h"
 
 namespace farm {
@@ -59,8 +60,5 @@ class ProgressLine {
   bool drawn_ = false;
 };
 
-// Writes `text` to `path` via a temp file, fsync and rename: readers see the
-// old or the new file, never half of one.
-Status WriteFileAtomic(const std::string& path, const std::string& text);
 
 }  // namespace farm

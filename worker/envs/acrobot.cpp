@@ -7,15 +7,10 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "worker/random.h"
+
 namespace farm {
 namespace {
-
-// Uniform in [lo, hi) from the top 53 bits: unlike std::uniform_real_distribution
-// this is the same on every standard library, so seeds reproduce everywhere.
-double Uniform(std::mt19937_64& rng, double lo, double hi) {
-  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  return lo + (hi - lo) * u;
-}
 
 // The state with the torque appended: Gymnasium integrates the torque as a
 // fifth component whose derivative is 0, so it stays constant over the step.
@@ -95,7 +90,7 @@ void Acrobot::WriteObs(float* obs) const {
 void Acrobot::reset(float* obs) {
   // Gymnasium draws in float64 and stores the reset state as float32
   // (.astype(np.float32)); the steps after it run in float64.
-  for (double& s : state_) s = static_cast<float>(Uniform(rng_, -kResetBound, kResetBound));
+  for (double& s : state_) s = static_cast<float>(UniformReal(rng_, -kResetBound, kResetBound));
   WriteObs(obs);
 }
 

@@ -4,18 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "worker/random.h"
+
 namespace farm {
-namespace {
-
-// Uniform in [lo, hi) from the top 53 bits: unlike std::uniform_real_distribution
-// this is the same on every standard library, so seeds reproduce everywhere.
-double Uniform(std::mt19937_64& rng, double lo, double hi) {
-  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  return lo + (hi - lo) * u;
-}
-
-}  // namespace
-
 CartPole::CartPole(uint64_t seed) : rng_(seed) {}
 
 void CartPole::WriteObs(float* obs) const {
@@ -23,7 +14,7 @@ void CartPole::WriteObs(float* obs) const {
 }
 
 void CartPole::reset(float* obs) {
-  for (double& s : state_) s = Uniform(rng_, -kResetBound, kResetBound);
+  for (double& s : state_) s = UniformReal(rng_, -kResetBound, kResetBound);
   WriteObs(obs);
 }
 

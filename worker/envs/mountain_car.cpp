@@ -7,17 +7,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "worker/random.h"
+
 namespace farm {
-namespace {
-
-// Uniform in [lo, hi) from the top 53 bits: unlike std::uniform_real_distribution
-// this is the same on every standard library, so seeds reproduce everywhere.
-double Uniform(std::mt19937_64& rng, double lo, double hi) {
-  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  return lo + (hi - lo) * u;
-}
-
-}  // namespace
 
 MountainCar::MountainCar(uint64_t seed) : rng_(seed) {}
 
@@ -27,7 +19,7 @@ void MountainCar::WriteObs(float* obs) const {
 }
 
 void MountainCar::reset(float* obs) {
-  state_ = {Uniform(rng_, kResetLow, kResetHigh), 0.0};
+  state_ = {UniformReal(rng_, kResetLow, kResetHigh), 0.0};
   WriteObs(obs);
 }
 

@@ -4,15 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "worker/random.h"
+
 namespace farm {
 namespace {
-
-// Uniform in [lo, hi) from the top 53 bits: unlike std::uniform_real_distribution
-// this is the same on every standard library, so seeds reproduce everywhere.
-double Uniform(std::mt19937_64& rng, double lo, double hi) {
-  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  return lo + (hi - lo) * u;
-}
 
 // Python's float x % m for m > 0: the remainder takes the sign of m (fmod
 // takes the sign of x), as numpy's and CPython's float remainder compute it.
@@ -40,8 +35,8 @@ void Pendulum::WriteObs(float* obs) const {
 }
 
 void Pendulum::reset(float* obs) {
-  const double theta = Uniform(rng_, -kResetTheta, kResetTheta);
-  const double theta_dot = Uniform(rng_, -kResetThetaDot, kResetThetaDot);
+  const double theta = UniformReal(rng_, -kResetTheta, kResetTheta);
+  const double theta_dot = UniformReal(rng_, -kResetThetaDot, kResetThetaDot);
   state_ = {theta, theta_dot};
   WriteObs(obs);
 }

@@ -1,0 +1,51 @@
+// Durable file writes.
+#include "common/files.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace farm {
+
+Status WriteFileAtomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return Status::IoError(fmt::format("{}: write failed: {}", tmp, std::strerror(err)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) return Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
+  return CommitFile(tmp, path);
+}
+
+Status CommitFile(const std::string& tmp, const std::string& path) {
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", tmp, std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    std::remove(tmp.c_str());
+    return Status::IoError(fmt::format("{}: fsync failed: {}", tmp, std::strerror(err)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, why));
+  }
+  return Status::Ok();
+}
+
+}  // namespace farm
