@@ -280,6 +280,10 @@ Status ValidateConfig(const FarmConfig& c) {
         "env.num_envs ({}) must be a multiple of env.num_groups ({})", c.env.num_envs, c.env.num_groups));
   if (c.stop_at_target && !c.target_return)
     return Status::InvalidArgument("stop_at_target is true but target_return is not set");
+  if (c.transport.heartbeat_timeout_s <= 2 * c.transport.heartbeat_interval_s)
+    return Status::InvalidArgument(fmt::format(
+        "transport.heartbeat_timeout_s ({}) must exceed twice transport.heartbeat_interval_s ({})",
+        c.transport.heartbeat_timeout_s, c.transport.heartbeat_interval_s));
   if (c.learner.cuda_graphs)
     return Status::InvalidArgument(
         "learner.cuda_graphs: CUDA graph replay is not implemented in this version; set it to false");

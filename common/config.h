@@ -49,11 +49,15 @@ struct TransportConfig {
   std::string bind = "tcp://127.0.0.1:*";
   int64_t max_message_bytes = 64ll << 20;
   double worker_give_up_s = 60;  // a worker exits when the learner is silent this long
+  double heartbeat_interval_s = 1.0;  // a side with nothing to send for this long sends a Heartbeat
+  double heartbeat_timeout_s = 10.0;  // the learner drops a worker silent for this long
 
   template <class V> void visit(V& v) {
     v("bind", bind);
     v("max_message_bytes", max_message_bytes, Rule::AtLeast(1024));
     v("worker_give_up_s", worker_give_up_s, Rule::Positive());
+    v("heartbeat_interval_s", heartbeat_interval_s, Rule::Positive());
+    v("heartbeat_timeout_s", heartbeat_timeout_s, Rule::Positive());
   }
 };
 

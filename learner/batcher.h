@@ -58,10 +58,19 @@ class DynamicBatcher {
 
   // Waits for a batch and moves it into `out` (cleared first). Items are
   // taken in order while their rows fit in max_rows; the first always fits.
-  Status NextBatch(std::vector<T>* out) {
+  Status NextBatch(std::vector<T>* out) { return NextBatch(out, std::chrono::milliseconds::max()); }
+
+  // As above, but returns Ok with an empty batch when nothing arrives within
+  // `idle` (so the consumer can do periodic work).
+  Status NextBatch(std::vector<T>* out, std::chrono::milliseconds idle) {
     out->clear();
     std::unique_lock<std::mutex> lock(mu_);
-    can_take_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+    auto has_work = [&] { return closed_ || !queue_.empty(); };
+    if (idle == std::chrono::milliseconds::max()) {
+      can_take_.wait(lock, has_work);
+    } else if (!can_take_.wait_for(lock, idle, has_work)) {
+      return Status::Ok();
+    }
     if (closed_) return Status::Closed("batcher closed");
     const auto deadline = queue_.front().arrival + max_wait_;
     can_take_.wait_until(lock, deadline, [&] {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -81,7 +82,7 @@ struct TrainResult {
 
 // An item for the inference thread.
 struct Work {
-  enum class Kind { kHello, kStep, kReplay, kTrainerDone, kStop };
+  enum class Kind { kHello, kStep, kReplay, kHeartbeat, kTrainerDone, kStop };
   Kind kind = Kind::kStep;
   std::string identity;
   wire::Envelope msg;  // Hello or StepRequest
@@ -104,6 +105,7 @@ struct WorkerState {
   std::vector<int> store_group;     // per worker group: group id in the store
   std::vector<uint64_t> next_seq;   // per worker group: expected seq
   std::vector<uint8_t> acted;       // per worker group: actions sent, results not yet received
+  std::chrono::steady_clock::time_point last_seen;  // any message from it
 };
 
 }  // namespace
@@ -142,6 +144,8 @@ struct Learner::Impl {
   nlohmann::json Summary() const;
   void UpdateReadyHint();
   void WarmUp();
+  void CheckWorkers();
+  void RemoveWorker(const std::string& identity, const std::string& why);
 
   FarmConfig config;
   std::string run_dir;
@@ -199,6 +203,8 @@ struct Learner::Impl {
   int64_t batches = 0, batch_rows = 0;
   int64_t interval_steps = 0;
   Clock::time_point interval_start = Clock::now();
+  int64_t workers_lost = 0;
+  Clock::time_point last_worker_check = Clock::now();
   int64_t errors = 0;                 // answered by the inference thread
   std::atomic<int64_t> io_errors{0};  // answered by the I/O thread (undecodable, unexpected type)
 };
@@ -307,12 +313,14 @@ void Learner::Impl::IoLoop() {
         w.identity = std::move(identity);
         if (w.msg.has_hello()) {
           w.kind = Work::Kind::kHello;
+        } else if (w.msg.has_heartbeat()) {
+          w.kind = Work::Kind::kHeartbeat;
         } else if (w.msg.has_step()) {
           w.kind = Work::Kind::kStep;
           const auto& shape = w.msg.step().obs().shape();
           w.rows = shape.empty() ? 0 : shape[0];
         } else {
-          send_error(w.identity, fmt::format("unexpected message type {} (expected Hello or StepRequest)",
+          send_error(w.identity, fmt::format("unexpected message type {} (expected Hello, StepRequest or Heartbeat)",
                                              static_cast<int>(w.msg.body_case())));
           continue;
         }
@@ -461,6 +469,7 @@ void Learner::Impl::OnHello(Work& w) {
   for (uint32_t g = 0; g < h.num_groups(); ++g) ws.store_group.push_back(store->AddGroup(ws.group_size));
   ws.next_seq.assign(h.num_groups(), 0);
   ws.acted.assign(h.num_groups(), 0);
+  ws.last_seen = Clock::now();
   total_groups += static_cast<int>(h.num_groups());
   workers.emplace(w.identity, std::move(ws));
   welcome->set_accepted(true);
@@ -668,12 +677,26 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
       case Work::Kind::kTrainerDone:
         OnTrainerDone(*w.result);
         break;
+      case Work::Kind::kHeartbeat: {
+        auto it = workers.find(w.identity);
+        if (it == workers.end()) {
+          ReplyError(w.identity, "Heartbeat from a worker that never said hello (or was dropped as silent)", nullptr);
+          break;
+        }
+        it->second.last_seen = Clock::now();
+        wire::Envelope beat;
+        beat.mutable_heartbeat();
+        Reply(w.identity, beat);
+        break;
+      }
       case Work::Kind::kStep: {
         auto it = workers.find(w.identity);
         if (it == workers.end()) {
-          ReplyError(w.identity, "StepRequest from a worker that never said hello", &w.msg.step());
+          ReplyError(w.identity, "StepRequest from a worker that never said hello (or was dropped as silent)",
+                     &w.msg.step());
           break;
         }
+        it->second.last_seen = Clock::now();
         if (auto s = ValidateStep(it->second, w.msg.step()); !s.ok()) {
           ReplyError(w.identity, s.message(), &w.msg.step());
           break;
@@ -691,7 +714,7 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
         break;
       }
       case Work::Kind::kReplay:
-        steps.push_back(&w);
+        if (workers.count(w.identity)) steps.push_back(&w);  // else its worker was dropped meanwhile
         break;
     }
   }
@@ -800,6 +823,34 @@ void Learner::Impl::CheckStop() {
   }
 }
 
+// Drops workers silent for longer than transport.heartbeat_timeout_s.
+void Learner::Impl::CheckWorkers() {
+  const auto now = Clock::now();
+  if (Seconds(now - last_worker_check) < 0.5 * config.transport.heartbeat_interval_s) return;
+  last_worker_check = now;
+  std::vector<std::string> silent;
+  for (const auto& [id, ws] : workers)
+    if (Seconds(now - ws.last_seen) > config.transport.heartbeat_timeout_s) silent.push_back(id);
+  for (const auto& id : silent)
+    RemoveWorker(id, fmt::format("silent for more than {} s", config.transport.heartbeat_timeout_s));
+}
+
+// Forgets a worker: its partial trajectories leave the rollout, its held
+// requests are dropped, and the others go on (the rollout may now be full).
+void Learner::Impl::RemoveWorker(const std::string& identity, const std::string& why) {
+  auto it = workers.find(identity);
+  if (it == workers.end()) return;
+  for (int g : it->second.store_group) store->RemoveGroup(g);
+  total_groups -= static_cast<int>(it->second.store_group.size());
+  parked.erase(std::remove_if(parked.begin(), parked.end(), [&](const Work& w) { return w.identity == identity; }),
+               parked.end());
+  workers.erase(it);
+  ++workers_lost;
+  spdlog::warn("dropped worker {}: {}; {} workers left", identity, why, workers.size());
+  MaybeHandOff();
+  UpdateReadyHint();
+}
+
 // One forward pass at the largest batch before serving, so that the first
 // requests do not pay for allocator growth, kernel selection or lazy init.
 void Learner::Impl::WarmUp() {
@@ -857,9 +908,11 @@ nlohmann::json Learner::Impl::Summary() const {
       {"solved_at_seconds", opt(solved_at_seconds)},
       {"updates", updates},
       {"policy_version", version},
-      {"workers", workers.size()},
+      {"workers", workers.size() + static_cast<std::size_t>(workers_lost)},
+      {"workers_active", workers.size()},
       {"num_envs", store ? store->num_envs() : 0},
       {"protocol_errors", errors + io_errors.load()},
+      {"workers_lost", workers_lost},
       {"stop_reason", stop_reason},
       {"device", device.str()},
       {"precision", config.learner.precision},
@@ -882,9 +935,12 @@ Status Learner::Run(nlohmann::json* summary) {
   while (true) {
     const auto t0 = Clock::now();
     const bool during_update = m.trainer_busy;
-    if (!m.batcher.NextBatch(&batch).ok()) break;
+    const auto idle = std::chrono::milliseconds(
+        std::max<int64_t>(1, static_cast<int64_t>(500 * m.config.transport.heartbeat_interval_s)));
+    if (!m.batcher.NextBatch(&batch, idle).ok()) break;
     // Waiting while the trainer runs is the update's cost (sync mode), not a lack of data.
     (during_update ? m.held_s : m.wait_s) += Seconds(Clock::now() - t0);
+    m.CheckWorkers();
     m.ProcessBatch(batch);
     if (m.stopping && !m.trainer_busy) break;
   }

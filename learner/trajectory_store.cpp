@@ -40,6 +40,7 @@ int TrajectoryStore::AddGroup(int size) {
   g.size = size;
   Grow(num_envs_ + size);
   groups_.push_back(g);
+  ++alive_groups_;
   return static_cast<int>(groups_.size()) - 1;
 }
 
@@ -75,6 +76,16 @@ void TrajectoryStore::RecordOutcome(int group, const float* reward, const uint8_
   if (++g.steps == T_) ++full_groups_;
 }
 
+void TrajectoryStore::RemoveGroup(int group) {
+  Group& g = groups_[group];
+  if (!g.alive) return;
+  if (g.steps == T_) --full_groups_;
+  g.alive = false;
+  g.steps = 0;
+  g.pending = false;
+  --alive_groups_;
+}
+
 void TrajectoryStore::AddReward(int group, int env, float bonus) {
   const Group& g = groups_[group];
   reward_[static_cast<std::size_t>((g.steps - 1) * num_envs_ + g.base + env)] += bonus;
@@ -103,19 +114,25 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   r.rewards = torch::from_blob(reward_.data(), {T_, N}, f32).clone();
   r.dones = torch::from_blob(done_.data(), {T_, N}, f32).clone();
   r.last_value = torch::from_blob(bootstrap_.data(), {N}, f32).clone();
+  torch::Tensor versions = torch::from_blob(version_.data(), {T_, N}, i64);
 
+  if (alive_groups_ < num_groups()) {
+    // Leave out the columns of groups whose worker is gone.
+    std::vector<int64_t> cols;
+    for (const auto& g : groups_)
+      if (g.alive)
+        for (int i = 0; i < g.size; ++i) cols.push_back(g.base + i);
+    const auto index = torch::tensor(cols, i64);
+    for (auto* t : {&r.obs, &r.actions, &r.logp, &r.values, &r.rewards, &r.dones}) *t = t->index_select(1, index);
+    r.last_value = r.last_value.index_select(0, index);
+    versions = versions.index_select(1, index);
+  }
   if (lag) {
-    int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
-    double sum = 0;
-    for (auto v : version_) {
-      const int64_t l = current_version - v;
-      lo = std::min(lo, l);
-      hi = std::max(hi, l);
-      sum += static_cast<double>(l);
-    }
-    *lag = LagStats{version_.empty() ? 0 : lo, version_.empty() ? 0 : sum / static_cast<double>(version_.size()), hi};
+    const auto l = current_version - versions;
+    *lag = LagStats{l.min().item<int64_t>(), l.to(torch::kFloat64).mean().item<double>(), l.max().item<int64_t>()};
   }
   for (auto& g : groups_) {
+    if (!g.alive) continue;
     g.steps = 0;
     g.pending = false;
   }

@@ -39,7 +39,12 @@ class TrajectoryStore {
   bool full(int group) const { return groups_[group].steps == T_; }
   bool pending(int group) const { return groups_[group].pending; }
   int full_groups() const { return full_groups_; }
-  bool all_full() const { return !groups_.empty() && full_groups_ == num_groups(); }
+  bool all_full() const { return alive_groups_ > 0 && full_groups_ == alive_groups_; }
+
+  // Drops a group (its worker is gone): its partial trajectories are discarded
+  // and it no longer counts towards a full rollout. Its columns stay allocated
+  // but are left out of every later Take().
+  void RemoveGroup(int group);
 
   // `actions` is int64 [size] (discrete) or float [size, action_numel].
   void RecordStep(int group, const float* obs, const void* actions, const float* logp, const float* value,
@@ -49,7 +54,8 @@ class TrajectoryStore {
   void AddReward(int group, int env, float bonus);
   void SetBootstrap(int group, const float* values);
 
-  // The rollout with obs shaped [T, N, obs_shape...]; lag relative to `current_version`.
+  // The rollout of the alive groups' envs, obs shaped [T, N, obs_shape...];
+  // lag relative to `current_version`.
   Rollout Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag);
 
  private:
@@ -58,6 +64,7 @@ class TrajectoryStore {
     int size = 0;
     int steps = 0;
     bool pending = false;
+    bool alive = true;
   };
   void Grow(int64_t new_num_envs);
   template <class U>
@@ -68,7 +75,8 @@ class TrajectoryStore {
   const int64_t action_numel_;  // 0: discrete
   int64_t num_envs_ = 0;
   std::vector<Group> groups_;
-  int full_groups_ = 0;
+  int full_groups_ = 0;   // alive groups with T steps
+  int alive_groups_ = 0;
 
   std::vector<float> obs_;       // [T, N, obs_numel]
   std::vector<int64_t> disc_;    // [T, N] discrete actions

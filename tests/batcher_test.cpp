@@ -160,3 +160,16 @@ TEST_CASE("many producers: every item is delivered exactly once", "[batcher]") {
   for (auto& t : producers) t.join();
   CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
+
+TEST_CASE("NextBatch with an idle timeout returns an empty batch when nothing comes", "[batcher]") {
+  auto b = Make(10, 1s);
+  std::vector<Item> out{{9, 9}};
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(b.NextBatch(&out, 30ms).ok());
+  CHECK(out.empty());
+  CHECK(Since(t0) >= 0.025);
+  REQUIRE(b.Push({1, 1}).ok());
+  b.SetReadyItems(1);
+  REQUIRE(b.NextBatch(&out, 30ms).ok());
+  CHECK(out.size() == 1);
+}

@@ -91,3 +91,37 @@ TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
   CHECK(r.actions[0][0][1].item<float>() == -0.5f);
   CHECK(r.actions[1][2][0].item<float>() == 3);
 }
+
+TEST_CASE("a removed group leaves the rollout and no longer blocks it", "[store]") {
+  TrajectoryStore store(1, 1, 0);
+  const int a = store.AddGroup(1);
+  const int b = store.AddGroup(2);
+  const int c = store.AddGroup(1);
+  const float o1[] = {1}, o2[] = {2, 3}, o3[] = {4}, lp[] = {0, 0}, v[] = {0, 0}, r[] = {1, 1};
+  const int64_t act[] = {0, 1};
+  const uint8_t no[] = {0, 0};
+  store.RecordStep(a, o1, act, lp, v, 0);
+  store.RecordOutcome(a, r, no, no);
+  store.RecordStep(b, o2, act, lp, v, 0);  // b's worker dies with its step pending
+  store.RecordStep(c, o3, act, lp, v, 0);
+  store.RecordOutcome(c, r, no, no);
+  CHECK_FALSE(store.all_full());
+  store.RemoveGroup(b);
+  REQUIRE(store.all_full());
+  const float boot[] = {9};
+  store.SetBootstrap(a, boot);
+  store.SetBootstrap(c, boot);
+  const auto roll = store.Take({1}, 0, nullptr);
+  REQUIRE(roll.obs.sizes() == torch::IntArrayRef({1, 2, 1}));  // b's two columns are gone
+  CHECK(roll.obs[0][0][0].item<float>() == 1);
+  CHECK(roll.obs[0][1][0].item<float>() == 4);
+  CHECK(roll.last_value.size(0) == 2);
+  // Removing a full group keeps the count right.
+  store.RecordStep(a, o1, act, lp, v, 0);
+  store.RecordOutcome(a, r, no, no);
+  store.RemoveGroup(a);
+  CHECK_FALSE(store.all_full());
+  store.RecordStep(c, o3, act, lp, v, 0);
+  store.RecordOutcome(c, r, no, no);
+  CHECK(store.all_full());
+}

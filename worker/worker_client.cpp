@@ -183,8 +183,14 @@ Status WorkerClient::Loop() {
     groups_[g]->Reset();
     SendStep(static_cast<int>(g), /*first=*/true);
   }
-  const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
+  using Clock = std::chrono::steady_clock;
+  const auto interval = std::chrono::milliseconds(
+      std::max<int64_t>(1, static_cast<int64_t>(config_.transport.heartbeat_interval_s * 1000)));
+  const auto give_up = std::chrono::duration<double>(config_.transport.worker_give_up_s);
+  auto last_heard = Clock::now();
   wire::Envelope in;
+  wire::Envelope heartbeat;
+  heartbeat.mutable_heartbeat();
   while (!stop_requested_.load()) {
     if (send_failed_)
       return Status::IoError(fmt::format("the learner at {} stopped taking messages for {} s; giving up", endpoint_,
@@ -192,14 +198,20 @@ Status WorkerClient::Loop() {
     Status status;
     bool got = false;
     try {
-      got = ReceiveEnvelope(socket_, give_up, &in, &status);
+      got = ReceiveEnvelope(socket_, interval, &in, &status);
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal: loop re-checks stop_requested_
       throw;
     }
-    if (!got)
-      return Status::IoError(fmt::format("the learner at {} was silent for {} s; giving up", endpoint_,
-                                         config_.transport.worker_give_up_s));
+    if (!got) {
+      // Waiting (e.g. while the learner updates): say we are alive, and give up after worker_give_up_s.
+      if (Clock::now() - last_heard > give_up)
+        return Status::IoError(fmt::format("the learner at {} was silent for {} s; giving up", endpoint_,
+                                           config_.transport.worker_give_up_s));
+      if (!SendEnvelope(socket_, heartbeat, &scratch_)) send_failed_ = true;
+      continue;
+    }
+    last_heard = Clock::now();
     if (!status.ok()) return status;
     switch (in.body_case()) {
       case wire::Envelope::kAction:
@@ -208,6 +220,8 @@ Status WorkerClient::Loop() {
       case wire::Envelope::kStop:
         spdlog::info("{}: learner says stop ({})", identity_, in.stop().reason());
         return Status::Ok();
+      case wire::Envelope::kHeartbeat:
+        break;
       case wire::Envelope::kError:
         return Status::Protocol("learner reported an error: " + in.error().message());
       default:

@@ -1,0 +1,72 @@
+"""CueEnv: a tiny episodic contextual bandit for the Python worker's end-to-end test.
+
+Observation: 4 floats [cue, noise, noise, t / length], cue = -1 or +1 drawn anew every step.
+Actions: 2; reward 1 when the action matches the cue (0 for -1, 1 for +1), else 0.
+Episodes end by the time limit after `length` (10) steps, reported as truncated (Gymnasium
+semantics), so the maximum return is 10 and a uniform policy averages 5.
+
+make_continuous() gives the same cue with one continuous action in [-1, 1]
+(reward 1 - |action - cue| / 2), for the float32 action path.
+
+Pure Python, no numpy or gymnasium: its spaces are small duck-typed objects, as a
+Gymnasium env's would be (Discrete: `n`; Box: `shape`, `low`, `high`).
+"""
+import random
+
+
+class _Discrete:
+    def __init__(self, n):
+        self.n = n
+
+
+class _Box:
+    def __init__(self, low, high, shape):
+        self.low, self.high, self.shape = low, high, shape
+
+
+class CueEnv:
+    def __init__(self, length=10):
+        self.length = length
+        self.observation_space = _Box(low=[-1.0, -1.0, -1.0, 0.0], high=[1.0, 1.0, 1.0, 1.0], shape=(4,))
+        self.action_space = _Discrete(2)
+        self._rng = random.Random()
+        self._t = 0
+        self._cue = 1.0
+
+    def _obs(self):
+        self._cue = self._rng.choice((-1.0, 1.0))
+        return [self._cue, self._rng.uniform(-1, 1), self._rng.uniform(-1, 1), self._t / self.length]
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng.seed(seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = 1.0 if (action == 1) == (self._cue > 0) else 0.0
+        self._t += 1
+        truncated = self._t >= self.length
+        return self._obs(), reward, False, truncated, {}
+
+
+class ContinuousCueEnv(CueEnv):
+    """The same cue with one continuous action in [-1, 1]: reward 1 - |action - cue| / 2."""
+
+    def __init__(self, length=10):
+        super().__init__(length)
+        self.action_space = _Box(low=-1.0, high=1.0, shape=(1,))
+
+    def step(self, action):
+        a = max(-1.0, min(1.0, float(action[0])))
+        reward = 1.0 - abs(a - self._cue) / 2.0
+        self._t += 1
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
+def make():
+    return CueEnv()
+
+
+def make_continuous():
+    return ContinuousCueEnv()
