@@ -473,6 +473,9 @@ class PythonWorker:
         self.endpoint = learner_endpoint
         self.seed = int(seed)
         self.give_up_s = float(give_up_s)
+        self.heartbeat_s = 1.0  # the learner's default transport.heartbeat_interval_s
+        self._handshaken = False
+        self._last_heartbeat = 0.0
         self.max_message_bytes = int(max_message_bytes)
         if worker_id is None:
             worker_id = f"worker-{socket.gethostname()}-{self.index}-{os.getpid()}"
@@ -548,16 +551,24 @@ class PythonWorker:
             if left <= 0:
                 raise LearnerTimeout(f"{silent_what} (the learner at {self.endpoint}, {self.give_up_s:g} s)")
             # Short slices, so that request_stop() from a signal handler is seen promptly.
-            if self._sock.poll(timeout=int(min(left, 0.5) * 1000) + 1, flags=self.zmq.POLLIN):
-                data = self._sock.recv(copy=True)
-                env = self.pb.Envelope()
-                try:
-                    env.ParseFromString(data)
-                except Exception as e:  # google.protobuf.message.DecodeError
-                    raise ProtocolError(f"cannot parse a {len(data)}-byte message as farm.wire.Envelope: {e}") from e
-                if env.WhichOneof("body") is None:
-                    raise ProtocolError("message has no body (unknown message type or empty envelope)")
-                return env
+            if not self._sock.poll(timeout=int(min(left, 0.5) * 1000) + 1, flags=self.zmq.POLLIN):
+                # Waiting: tell the learner we are alive (it drops workers silent for
+                # transport.heartbeat_timeout_s), as the C++ worker does.
+                if self._handshaken and time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
+                    beat = self.pb.Envelope()
+                    beat.heartbeat.SetInParent()
+                    self._send(beat)
+                    self._last_heartbeat = time.monotonic()
+                continue
+            data = self._sock.recv(copy=True)
+            env = self.pb.Envelope()
+            try:
+                env.ParseFromString(data)
+            except Exception as e:  # google.protobuf.message.DecodeError
+                raise ProtocolError(f"cannot parse a {len(data)}-byte message as farm.wire.Envelope: {e}") from e
+            if env.WhichOneof("body") is None:
+                raise ProtocolError("message has no body (unknown message type or empty envelope)")
+            return env
         return None
 
     def request_stop(self) -> None:
@@ -593,6 +604,7 @@ class PythonWorker:
         if not reply.welcome.accepted:
             raise WorkerError(f"learner refused this worker: {reply.welcome.error}")
         self.stats.policy_version = reply.welcome.policy_version
+        self._handshaken = True
         return True
 
     def _send_step(self, g: int, first: bool, info: Optional[dict] = None) -> None:
@@ -683,6 +695,8 @@ class PythonWorker:
                     self.stats.stop_reason = "stop requested"
                     return self.stats
                 kind = msg.WhichOneof("body")
+                if kind == "heartbeat":
+                    continue
                 if kind == "action":
                     self._on_action(msg.action)
                 elif kind == "stop":
