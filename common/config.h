@@ -84,6 +84,7 @@ struct LearnerConfig {
   bool train = true;               // false: act with the initial (or loaded) policy, never update
   bool random_actions = false;     // uniform random actions, no model: measures transport alone
   std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)
+  bool resume = false;             // continue run_dir from its latest checkpoint: policy, optimizer, counters
   bool deterministic = false;      // act with the mode (discrete) or mean (box) instead of sampling
 
   template <class V> void visit(V& v) {
@@ -93,6 +94,7 @@ struct LearnerConfig {
     v("train", train);
     v("random_actions", random_actions);
     v("init_from", init_from);
+    v("resume", resume);
     v("deterministic", deterministic);
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));

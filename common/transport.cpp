@@ -20,8 +20,8 @@ zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   CommonOptions(s, config);
   s.set(zmq::sockopt::routing_id, identity);
-  s.set(zmq::sockopt::immediate, 1);  // queue nothing until the learner is really there
-  // With no learner connected a send would block for ever: give up as the config says.
+  // ZMQ_IMMEDIATE stays off: with it, libzmq 4.3 may discard unread inbound messages (the learner's
+  // final Stop) when the connection closes. An absent learner shows as an unanswered handshake instead.
   s.set(zmq::sockopt::sndtimeo, static_cast<int>(config.worker_give_up_s * 1000));
   s.connect(endpoint);
   return s;

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -145,6 +146,7 @@ struct Learner::Impl {
   void UpdateReadyHint();
   void WarmUp();
   void CheckWorkers();
+  Status Resume();
   void RemoveWorker(const std::string& identity, const std::string& why);
 
   FarmConfig config;
@@ -454,6 +456,16 @@ void Learner::Impl::OnHello(Work& w) {
       spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
     WarmUp();
     trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed, precision);
+    if (config.learner.resume) {
+      if (auto s = Resume(); !s.ok()) {
+        spdlog::error("resume: {}", s.message());
+        stopping = true;
+        stop_reason = "resume failed: " + s.message();
+        return refuse("the learner could not resume: " + s.message());
+      }
+      torch::NoGradGuard no_grad;
+      acting->CopyFrom(*training);
+    }
     store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(),
                                               act.is_discrete() ? 0 : act.numel());
     spdlog::info("env {}: observation {}, action {}; policy on {}", env_name, obs.ToString(), act.ToString(),
@@ -821,6 +833,25 @@ void Learner::Impl::CheckStop() {
       stop_reason = "stop requested";
     }
   }
+}
+
+// Continues run_dir: the latest checkpoint's policy, optimizer, loss-scaler
+// state and counters (env steps, updates, policy version).
+Status Learner::Impl::Resume() {
+  const std::string dir = run_dir + "/checkpoints";
+  std::ifstream latest(dir + "/latest");
+  std::string name;
+  if (!latest || !std::getline(latest, name) || name.empty())
+    return Status::NotFound(fmt::format("{}/latest: no checkpoint to resume from", dir));
+  TrainingCounters c;
+  if (auto s = LoadCheckpoint(dir + "/" + name, training, &trainer->optimizer(), &c, &trainer->scaler()); !s.ok())
+    return s;
+  env_steps = c.env_steps;
+  updates = c.updates;
+  version = c.policy_version;
+  spdlog::info("resumed {}: {} env steps, {} updates, policy version {}", dir + "/" + name, env_steps, updates,
+               version);
+  return Status::Ok();
 }
 
 // Drops workers silent for longer than transport.heartbeat_timeout_s.

@@ -18,7 +18,10 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML config file (default: built-in defaults)")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key: --set ppo.lr=1e-3 (repeatable)");
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
-  std::string serve_dir;
+  std::string serve_dir, resume_dir;
+  app.add_option("--resume", resume_dir,
+                 "continue this run directory from its latest checkpoint (its config.yaml unless --config)")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--serve", serve_dir,
                  "serve the latest policy of this run directory without training (its config.yaml unless --config)")
       ->check(CLI::ExistingDirectory);
@@ -31,6 +34,10 @@ int main(int argc, char** argv) {
                                       "total_env_steps=4611686018427387904", "stop_at_target=false", "run_dir=",
                                       "name=serve"};
     overrides.insert(overrides.begin(), serve.begin(), serve.end());
+  }
+  if (!resume_dir.empty()) {
+    if (config_path.empty()) config_path = resume_dir + "/config.yaml";
+    overrides.insert(overrides.begin(), {"run_dir=" + resume_dir, "learner.resume=true"});
   }
   farm::FarmConfig config;
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {

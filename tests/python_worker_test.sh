@@ -33,6 +33,7 @@ if [ ! -f "$proto_dir/farm_pb2.py" ]; then
 fi
 learner_bin="$build_dir/learner/farm-learner"
 [ -x "$learner_bin" ] || { echo "FAIL: $learner_bin not built" >&2; exit 1; }
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ in the source tree
 echo "python: $py ($("$py" -c 'import sys, zmq, google.protobuf as p; print(sys.version.split()[0], "pyzmq", zmq.__version__, "protobuf", p.__version__)'))"
 
 tmp="$(mktemp -d)"
@@ -40,7 +41,7 @@ run_dir="$tmp/run"
 learner_pid=""
 worker_pids=()
 cleanup() {
-  [ -n "$learner_pid" ] && kill -TERM "$learner_pid" 2>/dev/null || true
+  if [ -n "$learner_pid" ]; then kill -TERM "$learner_pid" 2>/dev/null || true; fi
   for p in "${worker_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$tmp"

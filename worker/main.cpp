@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
                         {"env_steps", st.env_steps},
                         {"episodes", st.episodes},
                         {"messages", st.messages},
+                        {"reconnects", st.reconnects},
                         {"seconds", st.seconds},
                         {"sps", st.seconds > 0 ? static_cast<double>(st.env_steps) / st.seconds : 0.0},
                         {"round_trip_us_p50", st.RoundTripPercentile(0.50)},

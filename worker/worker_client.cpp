@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "common/transport.h"
 #include "common/wire.h"
@@ -34,7 +35,8 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   // Unique across hosts and containers (where every worker may be PID 1).
-  w->identity_ = fmt::format("worker-{}-{}-{}", host, index, ::getpid());
+  w->base_identity_ = fmt::format("worker-{}-{}-{}", host, index, ::getpid());
+  w->identity_ = w->base_identity_;
   const int group_size = config.env.num_envs / config.env.num_groups;
   for (int g = 0; g < config.env.num_groups; ++g) {
     std::unique_ptr<EnvGroup> group;
@@ -53,7 +55,7 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
 
 WorkerClient::~WorkerClient() = default;
 
-Status WorkerClient::Handshake() {
+Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
   const EnvSpec& spec = groups_[0]->spec();
   wire::Envelope env;
   auto* hello = env.mutable_hello();
@@ -64,16 +66,18 @@ Status WorkerClient::Handshake() {
   hello->set_num_groups(static_cast<uint32_t>(groups_.size()));
   ToWire(spec.observation, hello->mutable_observation());
   ToWire(spec.action, hello->mutable_action());
-  if (!SendEnvelope(socket_, env, &scratch_))
-    return Status::IoError(fmt::format("cannot reach the learner at {} within {} s", endpoint_,
-                                       config_.transport.worker_give_up_s));
+  socket_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
+  const bool sent = SendEnvelope(socket_, env, &scratch_);
+  socket_.set(zmq::sockopt::sndtimeo, static_cast<int>(config_.transport.worker_give_up_s * 1000));
+  if (!sent)
+    return Status::IoError(fmt::format("cannot reach the learner at {} within {:.1f} s", endpoint_,
+                                       static_cast<double>(timeout.count()) / 1000));
 
-  const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
   wire::Envelope reply;
   Status status;
-  if (!ReceiveEnvelope(socket_, give_up, &reply, &status))
-    return Status::IoError(fmt::format("no answer from the learner at {} within {} s", endpoint_,
-                                       config_.transport.worker_give_up_s));
+  if (!ReceiveEnvelope(socket_, timeout, &reply, &status))
+    return Status::IoError(fmt::format("no answer from the learner at {} within {:.1f} s", endpoint_,
+                                       static_cast<double>(timeout.count()) / 1000));
   if (!status.ok()) return status;
   if (reply.has_stop()) return Status::Closed("learner is stopping: " + reply.stop().reason());
   if (!reply.has_welcome())
@@ -175,18 +179,57 @@ Status WorkerClient::Run() {
   return status;
 }
 
-Status WorkerClient::Loop() {
-  if (auto s = Handshake(); !s.ok()) return s;
-  spdlog::info("{}: connected to {} ({} envs of {} in {} groups)", identity_, endpoint_, config_.env.num_envs,
-               config_.env.name, groups_.size());
+void WorkerClient::StartGroups() {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
+    next_seq_[g] = 0;
+    waiting_[g] = 0;
     groups_[g]->Reset();
     SendStep(static_cast<int>(g), /*first=*/true);
   }
+}
+
+// A fresh socket and handshake, with exponential backoff, until
+// worker_give_up_s; then the episodes start over (the learner kept nothing).
+Status WorkerClient::Reconnect() {
+  using Clock = std::chrono::steady_clock;
+  spdlog::warn("{}: the learner at {} stopped answering; reconnecting", identity_, endpoint_);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(config_.transport.worker_give_up_s));
+  auto backoff = std::chrono::milliseconds(100);
+  while (!stop_requested_.load()) {
+    // A new identity per attempt: a late Welcome for an abandoned attempt must not reach this socket.
+    identity_ = fmt::format("{}-c{}", base_identity_, ++connection_);
+    socket_ = MakeDealer(ctx_, identity_, endpoint_, config_.transport);  // drops whatever the old one held
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    const Status s = Handshake(std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));
+    if (s.ok()) {
+      ++stats_.reconnects;
+      spdlog::info("{}: reconnected to {}", identity_, endpoint_);
+      send_failed_ = false;
+      StartGroups();
+      return Status::Ok();
+    }
+    if (s.code() != Status::Code::kIoError) return s;  // refused or a protocol error: retrying will not help
+    std::this_thread::sleep_for(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      deadline - Clock::now())));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+  if (stop_requested_.load()) return Status::Closed("stop requested");
+  return Status::IoError(fmt::format("could not reach the learner at {} again within {} s; giving up", endpoint_,
+                                     config_.transport.worker_give_up_s));
+}
+
+Status WorkerClient::Loop() {
+  const auto give_up_ms =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
+  if (auto s = Handshake(give_up_ms); !s.ok()) return s;
+  spdlog::info("{}: connected to {} ({} envs of {} in {} groups)", identity_, endpoint_, config_.env.num_envs,
+               config_.env.name, groups_.size());
+  StartGroups();
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(
       std::max<int64_t>(1, static_cast<int64_t>(config_.transport.heartbeat_interval_s * 1000)));
-  const auto give_up = std::chrono::duration<double>(config_.transport.worker_give_up_s);
   auto last_heard = Clock::now();
   wire::Envelope in;
   wire::Envelope heartbeat;
@@ -204,10 +247,13 @@ Status WorkerClient::Loop() {
       throw;
     }
     if (!got) {
-      // Waiting (e.g. while the learner updates): say we are alive, and give up after worker_give_up_s.
-      if (Clock::now() - last_heard > give_up)
-        return Status::IoError(fmt::format("the learner at {} was silent for {} s; giving up", endpoint_,
-                                           config_.transport.worker_give_up_s));
+      // Waiting (e.g. while the learner updates): say we are alive. A learner that does not answer
+      // heartbeats is gone (crashed, restarted): reconnect, until worker_give_up_s.
+      if (Clock::now() - last_heard > std::chrono::duration<double>(config_.transport.heartbeat_timeout_s)) {
+        if (auto s = Reconnect(); !s.ok()) return s;
+        last_heard = Clock::now();
+        continue;
+      }
       if (!SendEnvelope(socket_, heartbeat, &scratch_)) send_failed_ = true;
       continue;
     }

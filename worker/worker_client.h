@@ -25,6 +25,7 @@ struct WorkerStats {
   int64_t episodes = 0;
   int64_t messages = 0;
   double seconds = 0;                   // from the first request to the end of Run()
+  int64_t reconnects = 0;               // handshakes redone after the learner went away
   std::vector<float> round_trip_us;     // request sent -> its actions received, per message (capped)
   // Percentile q in [0, 1] of round_trip_us (0 when empty).
   double RoundTripPercentile(double q) const;
@@ -46,12 +47,16 @@ class WorkerClient {
  private:
   WorkerClient() = default;
   Status Loop();
-  Status Handshake();
+  Status Handshake(std::chrono::milliseconds timeout);
+  Status Reconnect();
+  void StartGroups();
   void SendStep(int group, bool first);
   Status OnAction(const wire::ActionReply& reply);
 
   FarmConfig config_;
-  std::string identity_;
+  std::string base_identity_;  // worker-HOST-INDEX-PID
+  std::string identity_;       // base_identity_, then -cN for the Nth reconnection
+  int connection_ = 0;
   std::string endpoint_;
   zmq::context_t ctx_{1};
   zmq::socket_t socket_;
