@@ -77,6 +77,7 @@ struct LearnerConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int threads = 1;              // intra-op threads for LibTorch
   int checkpoint_every = 50;    // updates between checkpoints (0: only at the end)
+  int keep_checkpoints = 5;     // newest checkpoints kept (0: all)
   double progress_interval_s = 1.0;
   int min_workers = 1;          // workers that must join before acting
   std::string precision = "fp32";  // fp32 | fp16 (CUDA, with loss scaling) | bf16 (CUDA or CPU autocast)
@@ -98,6 +99,7 @@ struct LearnerConfig {
     v("deterministic", deterministic);
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));
+    v("keep_checkpoints", keep_checkpoints, Rule::AtLeast(0));
     v("progress_interval_s", progress_interval_s, Rule::Positive());
     v("min_workers", min_workers, Rule::AtLeast(1));
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -19,11 +20,12 @@
 #include <stdexcept>
 
 #include "common/files.h"
+#include "common/tensorboard.h"
 
 namespace farm {
 
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
-                      const TrainingCounters& c, std::string* written_path, const LossScaler* scaler) {
+                      const TrainingCounters& c, std::string* written_path, const LossScaler* scaler, int keep) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
@@ -50,9 +52,62 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
     return Status::IoError(fmt::format("{}: cannot write checkpoint: {}", tmp, e.what_without_backtrace()));
   }
   if (auto s = CommitFile(tmp, path); !s.ok()) return s;
+  uint32_t crc = 0;
+  if (auto s = FileCrc32c(path, &crc); !s.ok()) return s;
+  if (auto s = WriteFileAtomic(path + ".crc32c", fmt::format("{:08x}\n", crc)); !s.ok()) return s;
   if (auto s = WriteFileAtomic(dir + "/latest", name + "\n"); !s.ok()) return s;
+  if (keep > 0) {
+    const auto all = ListCheckpoints(dir);  // newest first
+    for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
+      std::filesystem::remove(all[i], ec);
+      std::filesystem::remove(all[i] + ".crc32c", ec);
+    }
+  }
   if (written_path) *written_path = path;
   return Status::Ok();
+}
+
+std::vector<std::string> ListCheckpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 && name.size() > 8 && name.compare(name.size() - 3, 3, ".pt") == 0)
+      out.push_back(entry.path().string());
+  }
+  std::sort(out.rbegin(), out.rend());  // zero-padded update counts: newest first
+  return out;
+}
+
+Status FileCrc32c(const std::string& path, uint32_t* crc) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const std::string data = bytes.str();
+  *crc = Crc32c(data.data(), data.size());
+  return Status::Ok();
+}
+
+Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std::vector<std::string>* skipped) {
+  for (const auto& candidate : ListCheckpoints(dir)) {
+    std::ifstream sidecar(candidate + ".crc32c");
+    std::string expected;
+    uint32_t crc = 0;
+    std::string why;
+    if (!sidecar || !(sidecar >> expected)) {
+      why = "no .crc32c checksum file";
+    } else if (auto s = FileCrc32c(candidate, &crc); !s.ok()) {
+      why = s.message();
+    } else if (fmt::format("{:08x}", crc) != expected) {
+      why = fmt::format("checksum {:08x} does not match the recorded {} (truncated or corrupt)", crc, expected);
+    } else {
+      *path = candidate;
+      return Status::Ok();
+    }
+    if (skipped) skipped->push_back(candidate + ": " + why);
+  }
+  return Status::NotFound(fmt::format("{}: no checkpoint with a valid checksum", dir));
 }
 
 namespace {

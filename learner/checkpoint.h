@@ -27,11 +27,12 @@ struct TrainingCounters {
   double wall_seconds = 0;
 };
 
-// Writes dir/ckpt-<updates>.pt and points dir/latest at it. A non-null
-// `scaler` is stored under "loss_scaler".
+// Writes dir/ckpt-<updates>.pt (temp file, fsync, rename), its CRC32C in
+// ckpt-<updates>.pt.crc32c, and points dir/latest at it. A non-null `scaler`
+// is stored under "loss_scaler". keep > 0: only the newest `keep` remain.
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
                       const TrainingCounters& counters, std::string* written_path = nullptr,
-                      const LossScaler* scaler = nullptr);
+                      const LossScaler* scaler = nullptr, int keep = 0);
 
 // Loads a checkpoint written by SaveCheckpoint into `policy` and `optimizer`
 // (same architecture) and `counters`. A non-null `scaler` gets the stored
@@ -39,6 +40,16 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
 // scaler) leaves `scaler` as it is.
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
                       TrainingCounters* counters, LossScaler* scaler = nullptr);
+
+// Checkpoint files in `dir` (ckpt-*.pt), newest first.
+std::vector<std::string> ListCheckpoints(const std::string& dir);
+
+// CRC32C of a whole file (SaveCheckpoint records it in <checkpoint>.crc32c).
+Status FileCrc32c(const std::string& path, uint32_t* crc);
+
+// The newest checkpoint whose checksum matches its .crc32c file. Checkpoints
+// passed over (truncated, corrupt, unchecked) are described in `skipped`.
+Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std::vector<std::string>* skipped);
 
 // policy_spec.json: what ActorCritic's constructor needs, written by the
 // learner when it creates the policy:

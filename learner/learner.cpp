@@ -366,7 +366,7 @@ void Learner::Impl::TrainerLoop() {
     if (job.checkpoint) {
       job.counters.policy_version = result->version;
       if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters, nullptr,
-                                  &trainer->scaler());
+                                  &trainer->scaler(), config.learner.keep_checkpoints);
           !s.ok())
         spdlog::error("checkpoint: {}", s.message());
     }
@@ -839,17 +839,17 @@ void Learner::Impl::CheckStop() {
 // state and counters (env steps, updates, policy version).
 Status Learner::Impl::Resume() {
   const std::string dir = run_dir + "/checkpoints";
-  std::ifstream latest(dir + "/latest");
-  std::string name;
-  if (!latest || !std::getline(latest, name) || name.empty())
-    return Status::NotFound(fmt::format("{}/latest: no checkpoint to resume from", dir));
+  std::string path;
+  std::vector<std::string> skipped;
+  const Status found = FindLatestValidCheckpoint(dir, &path, &skipped);
+  for (const auto& why : skipped) spdlog::warn("resume: skipping {}; using an older checkpoint", why);
+  if (!found.ok()) return found;
   TrainingCounters c;
-  if (auto s = LoadCheckpoint(dir + "/" + name, training, &trainer->optimizer(), &c, &trainer->scaler()); !s.ok())
-    return s;
+  if (auto s = LoadCheckpoint(path, training, &trainer->optimizer(), &c, &trainer->scaler()); !s.ok()) return s;
   env_steps = c.env_steps;
   updates = c.updates;
   version = c.policy_version;
-  spdlog::info("resumed {}: {} env steps, {} updates, policy version {}", dir + "/" + name, env_steps, updates,
+  spdlog::info("resumed {}: {} env steps, {} updates, policy version {}", path, env_steps, updates,
                version);
   return Status::Ok();
 }
@@ -984,7 +984,7 @@ Status Learner::Run(nlohmann::json* summary) {
                        Seconds(Clock::now() - m.start)};
     std::string path;
     if (auto s = SaveCheckpoint(m.run_dir + "/checkpoints", m.training, m.trainer->optimizer(), c, &path,
-                                &m.trainer->scaler());
+                                &m.trainer->scaler(), m.config.learner.keep_checkpoints);
         !s.ok())
       spdlog::error("final checkpoint: {}", s.message());
     else
