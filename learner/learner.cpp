@@ -22,12 +22,12 @@
 #include <unordered_map>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
-#include <sys/resource.h>
 #include <torch/version.h>
 #include <unistd.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/channel.h"
+#include "common/resources.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "common/tensorboard.h"
@@ -49,21 +49,6 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-double MaxRssMb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
-}
-
-double CurrentRssMb() {
-  long pages = 0, resident = 0;
-  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
 std::string Timestamp() {

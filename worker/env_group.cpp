@@ -2,6 +2,8 @@
 // semantics (auto-reset in the same step, TimeLimit truncation, final_obs).
 #include "worker/env_group.h"
 
+#include "worker/random.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,15 +13,7 @@
 namespace farm {
 namespace {
 
-// SplitMix64 (Steele et al.): a bijective mixer, so nearby (seed, i) pairs give
-// unrelated env seeds and no two envs of a group share one.
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
+// Nearby (seed, i) pairs give unrelated env seeds and no two envs of a group share one.
 uint64_t EnvSeed(uint64_t seed, int index) { return SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(index)); }
 
 Status CheckSpaces(const EnvSpec& spec) {

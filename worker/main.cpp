@@ -3,23 +3,17 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 
 #include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/resources.h"
 #include "worker/worker_client.h"
 
 namespace {
 farm::WorkerClient* g_client = nullptr;
-
-double MaxRssMb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
-}
 
 extern "C" void OnSignal(int) {
   if (g_client) g_client->RequestStop();
@@ -72,7 +66,7 @@ int main(int argc, char** argv) {
                         {"sps", st.seconds > 0 ? static_cast<double>(st.env_steps) / st.seconds : 0.0},
                         {"round_trip_us_p50", st.RoundTripPercentile(0.50)},
                         {"round_trip_us_p99", st.RoundTripPercentile(0.99)},
-                        {"max_rss_mb", MaxRssMb()}};
+                        {"max_rss_mb", farm::MaxRssMb()}};
     std::ofstream(stats_file) << j.dump() << "\n";
   }
   if (s.ok() || s.code() == farm::Status::Code::kClosed) {

@@ -12,18 +12,16 @@
 
 #include "common/transport.h"
 #include "common/wire.h"
+#include "worker/random.h"
 
 namespace farm {
 namespace {
 
 constexpr std::size_t kMaxRoundTripSamples = 1 << 20;
 
-uint64_t MixSeed(uint64_t seed, uint64_t index) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (index + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// One seed per (worker, group): SplitMix64 adds the golden-ratio step once more, so this is
+// the index-th output of a SplitMix64 stream started at `seed`.
+uint64_t MixSeed(uint64_t seed, uint64_t index) { return SplitMix64(seed + 0x9E3779B97F4A7C15ull * index); }
 
 }  // namespace
 
@@ -44,6 +42,9 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
     if (auto s = EnvGroup::Create(config.env.name, config.env.options, group_size, seed, &group); !s.ok()) return s;
     w->groups_.push_back(std::move(group));
   }
+  w->obs_shape_ = {group_size};  // every request carries one whole group
+  const auto& obs_dims = w->groups_[0]->spec().observation.shape;
+  w->obs_shape_.insert(w->obs_shape_.end(), obs_dims.begin(), obs_dims.end());
   w->next_seq_.assign(w->groups_.size(), 0);
   w->waiting_.assign(w->groups_.size(), 0);
   w->sent_at_.resize(w->groups_.size());
@@ -90,8 +91,6 @@ Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
 void WorkerClient::SendStep(int g, bool first) {
   const EnvGroup& group = *groups_[g];
   const auto n = static_cast<int64_t>(group.size());
-  std::vector<int64_t> obs_shape{n};
-  obs_shape.insert(obs_shape.end(), group.spec().observation.shape.begin(), group.spec().observation.shape.end());
 
   auto* req = out_.mutable_step();
   req->Clear();
@@ -99,7 +98,7 @@ void WorkerClient::SendStep(int g, bool first) {
   req->set_seq(next_seq_[g]++);
   req->set_first(first);
   const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
-  SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape, group.obs(), obs_bytes);
+  SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape_, group.obs(), obs_bytes);
   if (!first) {
     SetTensor(req->mutable_reward(), DType::kFloat32, {n}, group.reward(), static_cast<std::size_t>(n) * sizeof(float));
     req->set_terminated(group.terminated(), static_cast<std::size_t>(n));

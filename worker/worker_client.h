@@ -61,6 +61,7 @@ class WorkerClient {
   zmq::context_t ctx_{1};
   zmq::socket_t socket_;
   std::vector<std::unique_ptr<EnvGroup>> groups_;
+  std::vector<int64_t> obs_shape_;  // [group size, obs...] of every request
   std::vector<uint64_t> next_seq_;  // per group: seq of the next request
   std::vector<uint8_t> waiting_;    // per group: a request is in flight
   std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per group
