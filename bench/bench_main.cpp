@@ -2,8 +2,11 @@
 //   env       steps/s of one EnvGroup stepped in-process with random actions
 //   forward   rows/s of a plain ActorCritic forward loop (the inference ceiling)
 //   serve     rows/s the learner serves to in-process DEALER clients at a batch size
-//   matmul    peak float32 matrix-multiply rate (GFLOP/s) with LibTorch
+//   matmul    peak matrix-multiply rate (GFLOP/s) with LibTorch, float32 or a lower precision
 //   flops     FLOPs per env step of a config's model and PPO settings (for the roofline)
+//   update    PPO update cost (samples/s) on a random rollout, on the config's device and precision
+// forward, serve, matmul and update take --device (auto | cpu | cuda[:N]); GPU timings synchronise the
+// device before reading the clock.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -18,9 +21,13 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/files.h"
 #include "common/config.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "learner/amp.h"
+#include "learner/cuda_graph.h"
+#include "learner/device.h"
 #include "learner/learner.h"
 #include "learner/policy.h"
 #include "learner/ppo.h"
@@ -38,10 +45,11 @@ int BenchEnv(const std::string& env, int num_envs, double seconds) {
     return 2;
   }
   const auto& act = group->spec().action;
+  const int rows = group->rows();  // one action per agent row (num_envs for single-agent envs)
   std::mt19937_64 rng(1);
   constexpr int kActionSets = 64;
-  std::vector<int64_t> disc(static_cast<std::size_t>(kActionSets * num_envs));
-  std::vector<float> cont(static_cast<std::size_t>(kActionSets * num_envs * act.numel()));
+  std::vector<int64_t> disc(static_cast<std::size_t>(kActionSets * rows));
+  std::vector<float> cont(static_cast<std::size_t>(kActionSets * rows * act.numel()));
   for (auto& a : disc) a = act.is_discrete() ? static_cast<int64_t>(rng() % static_cast<uint64_t>(act.n)) : 0;
   for (std::size_t i = 0; i < cont.size(); ++i)
     cont[i] = act.is_discrete() ? 0.f : act.low[i % act.low.size()] +
@@ -52,13 +60,15 @@ int BenchEnv(const std::string& env, int num_envs, double seconds) {
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
     for (int i = 0; i < 64; ++i, k = (k + 1) % kActionSets)
-      group->Step(act.is_discrete() ? disc.data() + k * num_envs : nullptr,
-                  act.is_discrete() ? nullptr : cont.data() + static_cast<std::size_t>(k * num_envs * act.numel()));
+      group->Step(act.is_discrete() ? disc.data() + k * rows : nullptr,
+                  act.is_discrete() ? nullptr : cont.data() + static_cast<std::size_t>(k * rows * act.numel()));
     steps += 64LL * num_envs;
   }
   const double t = Since(t0);
-  fmt::print("{}\n", nlohmann::json{{"case", "env"}, {"env", env}, {"num_envs", num_envs}, {"seconds", t},
-                                    {"steps_per_second", static_cast<double>(steps) / t}}
+  fmt::print("{}\n", nlohmann::json{{"case", "env"}, {"env", env}, {"num_envs", num_envs},
+                                    {"num_agents", group->num_agents()}, {"seconds", t},
+                                    {"steps_per_second", static_cast<double>(steps) / t},
+                                    {"agent_steps_per_second", static_cast<double>(steps) * group->num_agents() / t}}
                          .dump());
   return 0;
 }
@@ -67,28 +77,61 @@ farm::ActorCritic CartPolePolicy(const std::vector<int>& hidden) {
   return farm::ActorCritic(farm::Space::Box({4}, {-1.f}, {1.f}), farm::Space::Discrete(2), hidden);
 }
 
-int BenchForward(int batch, int threads, double seconds) {
-  torch::set_num_threads(threads);
-  auto policy = CartPolePolicy({64, 64});
+// Device and precision from their config spellings; prints the error and returns false when invalid.
+bool ResolveDeviceAndPrecision(const std::string& device_name, const std::string& precision_name,
+                               torch::Device* device, farm::Precision* precision) {
+  farm::Status s = farm::ResolveDevice(device_name, device);
+  if (s.ok()) s = farm::ParsePrecision(precision_name, precision);
+  if (s.ok()) s = farm::CheckPrecision(*precision, *device);
+  if (!s.ok()) fmt::print(stderr, "{}\n", s.message());
+  return s.ok();
+}
+
+// The learner's acting path without its transport: observations in a (pinned, on CUDA) host buffer,
+// host->device copy, Act under autocast (or a CUDA-graph replay), device->host copies of the outputs.
+int BenchForward(int batch, int threads, double seconds, const std::string& device_name,
+                 const std::string& precision_name, const std::vector<int>& hidden, bool graphs) {
+  farm::SetCpuThreads(threads);
+  torch::Device device(torch::kCPU);
+  farm::Precision precision;
+  if (!ResolveDeviceAndPrecision(device_name, precision_name, &device, &precision)) return 2;
+  auto policy = CartPolePolicy(hidden);
+  policy->to(device);
   policy->eval();
   auto obs = torch::randn({batch, 4});
-  int64_t rows = 0;
-  for (int i = 0; i < 20; ++i) {  // warm-up
-    c10::InferenceMode guard;
-    policy->Act(obs);
+  if (device.is_cuda()) obs = obs.pin_memory();
+  std::unique_ptr<farm::GraphedActor> graphed;
+  if (graphs) {
+    if (auto s = farm::GraphedActor::Create(policy, device, precision, {4}, false, &graphed); !s.ok()) {
+      fmt::print(stderr, "{}\n", s.message());
+      return 2;
+    }
   }
+  auto step = [&] {
+    c10::InferenceMode guard;
+    farm::ActOutput out;
+    if (graphed) {
+      out = graphed->Act(obs);
+    } else {
+      farm::AutocastGuard autocast(device, precision);
+      out = policy->Act(device.is_cuda() ? obs.to(device, /*non_blocking=*/true) : obs);
+    }
+    // The same host copies the learner makes for its replies.
+    auto a = out.action.to(torch::kCPU).contiguous();
+    auto l = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
+    auto v = out.value.to(torch::kCPU, torch::kFloat32).contiguous();
+  };
+  for (int i = 0; i < 20; ++i) step();  // warm-up
+  int64_t rows = 0;
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
-    c10::InferenceMode guard;
-    auto out = policy->Act(obs);
-    // The same host copies the learner makes for its replies.
-    auto a = out.action.contiguous();
-    auto l = out.logp.contiguous();
-    auto v = out.value.contiguous();
+    step();
     rows += batch;
   }
   const double t = Since(t0);
-  fmt::print("{}\n", nlohmann::json{{"case", "forward"}, {"batch", batch}, {"threads", threads}, {"seconds", t},
+  fmt::print("{}\n", nlohmann::json{{"case", "forward"}, {"batch", batch}, {"threads", threads},
+                                    {"device", device.str()}, {"precision", precision_name},
+                                    {"hidden", hidden}, {"cuda_graphs", graphs}, {"seconds", t},
                                     {"rows_per_second", static_cast<double>(rows) / t}}
                          .dump());
   return 0;
@@ -144,8 +187,12 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
   }
 }
 
-int BenchServe(int batch, int threads, int clients, double seconds) {
+int BenchServe(int batch, int threads, int clients, double seconds, const std::vector<std::string>& overrides) {
   farm::FarmConfig config;
+  if (auto s = farm::LoadConfig("", overrides, &config); !s.ok()) {
+    fmt::print(stderr, "{}\n", s.message());
+    return 2;
+  }
   config.learner.threads = threads;
   config.learner.train = false;
   config.learner.progress_interval_s = 3600;
@@ -178,9 +225,11 @@ int BenchServe(int batch, int threads, int clients, double seconds) {
   for (auto& th : client_threads) th.join();
   learner->RequestStop("benchmark done");
   server.join();
-  std::filesystem::remove_all(config.run_dir);
+  (void)farm::RemoveTree(config.run_dir);
   fmt::print("{}\n", nlohmann::json{{"case", "serve"}, {"batch", batch}, {"threads", threads}, {"clients", clients},
-                                    {"group_rows", group_rows}, {"seconds", t},
+                                    {"group_rows", group_rows}, {"device", config.learner.device},
+                                    {"precision", config.learner.precision},
+                                    {"cuda_graphs", config.learner.cuda_graphs}, {"seconds", t},
                                     {"rows_per_second", static_cast<double>(r1 - r0) / t}}
                          .dump());
   return 0;
@@ -194,29 +243,42 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
     fmt::print(stderr, "{}\n", s.message());
     return 2;
   }
-  torch::set_num_threads(config.learner.threads);
+  farm::SetCpuThreads(config.learner.threads);
   torch::manual_seed(1);
+  torch::Device device(torch::kCPU);
+  farm::Precision precision;
+  if (!ResolveDeviceAndPrecision(config.learner.device, config.learner.precision, &device, &precision)) return 2;
   auto policy = CartPolePolicy(config.ppo.hidden_sizes);
-  farm::PpoTrainer trainer(policy, config.ppo, 1);
+  policy->to(device);
+  farm::PpoTrainer trainer(policy, config.ppo, 1, precision);
   const int64_t T = config.ppo.rollout_length, N = envs;
+  const auto on = torch::TensorOptions().device(device);
   farm::Rollout r;
-  r.obs = torch::randn({T, N, 4});
-  r.actions = torch::randint(2, {T, N}, torch::kInt64);
-  r.logp = torch::full({T, N}, -0.69f);
-  r.values = torch::randn({T, N});
-  r.rewards = torch::ones({T, N});
-  r.dones = (torch::rand({T, N}) < 0.02).to(torch::kFloat32);
-  r.last_value = torch::randn({N});
+  r.obs = torch::randn({T, N, 4}, on);
+  r.actions = torch::randint(2, {T, N}, on.dtype(torch::kInt64));
+  r.logp = torch::full({T, N}, -0.69f, on);
+  r.values = torch::randn({T, N}, on);
+  r.rewards = torch::ones({T, N}, on);
+  r.dones = (torch::rand({T, N}, on) < 0.02).to(torch::kFloat32);
+  r.last_value = torch::randn({N}, on);
   trainer.Update(r, 0.0);  // warm-up
+  farm::SynchronizeCurrentStream(device);
   int64_t updates = 0;
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
     trainer.Update(r, 0.0);
     ++updates;
   }
+  farm::SynchronizeCurrentStream(device);
   const double t = Since(t0);
   const double samples = static_cast<double>(T * N * updates);
+  // Gradient steps: every minibatch of every epoch (a target_kl stop would make this an overestimate).
+  const double grad_steps = static_cast<double>(updates) * config.ppo.update_epochs *
+                            static_cast<double>(std::min<int64_t>(config.ppo.num_minibatches, T * N));
   fmt::print("{}\n", nlohmann::json{{"case", "update"}, {"config", config_path}, {"samples_per_update", T * N},
+                                    {"device", device.str()}, {"precision", config.learner.precision},
+                                    {"fused", trainer.fused()}, {"grad_steps_per_second", grad_steps / t},
+                                    {"hidden", config.ppo.hidden_sizes}, {"skipped_steps", trainer.scaler().skipped_steps()},
                                     {"epochs", config.ppo.update_epochs}, {"minibatches", config.ppo.num_minibatches},
                                     {"ms_per_update", 1e3 * t / static_cast<double>(updates)},
                                     {"samples_per_second", samples / t}}
@@ -224,21 +286,35 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
   return 0;
 }
 
-int BenchMatmul(int threads, int n, double seconds) {
-  torch::set_num_threads(threads);
-  auto a = torch::randn({n, n});
-  auto b = torch::randn({n, n});
+// dtype: fp32 (TF32 allowed on CUDA, as the learner allows it), fp16 or bf16 operands.
+int BenchMatmul(int threads, int n, double seconds, const std::string& device_name, const std::string& dtype_name) {
+  farm::SetCpuThreads(threads);
+  torch::Device device(torch::kCPU);
+  farm::Precision precision;
+  if (auto s = farm::ResolveDevice(device_name, &device); !s.ok()) {
+    fmt::print(stderr, "{}\n", s.message());
+    return 2;
+  }
+  if (auto s = farm::ParsePrecision(dtype_name, &precision); !s.ok()) {
+    fmt::print(stderr, "{}\n", s.message());
+    return 2;
+  }
+  if (device.is_cuda()) at::globalContext().setAllowTF32CuBLAS(true);
+  const auto on = torch::TensorOptions().device(device).dtype(farm::PrecisionDtype(precision));
+  auto a = torch::randn({n, n}, on);
+  auto b = torch::randn({n, n}, on);
   auto c = torch::mm(a, b);
+  farm::SynchronizeCurrentStream(device);
   int64_t iters = 0;
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
-    c = torch::mm(a, b);
-    ++iters;
+    for (int i = 0; i < (device.is_cuda() ? 20 : 1); ++i, ++iters) c = torch::mm(a, b);
+    farm::SynchronizeCurrentStream(device);
   }
   const double t = Since(t0);
   const double flops = 2.0 * n * n * static_cast<double>(n) * static_cast<double>(iters);
-  fmt::print("{}\n", nlohmann::json{{"case", "matmul"}, {"n", n}, {"threads", threads}, {"seconds", t},
-                                    {"gflops", flops / t / 1e9}}
+  fmt::print("{}\n", nlohmann::json{{"case", "matmul"}, {"n", n}, {"threads", threads}, {"device", device.str()},
+                                    {"dtype", dtype_name}, {"seconds", t}, {"gflops", flops / t / 1e9}}
                          .dump());
   return 0;
 }
@@ -286,19 +362,30 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measuring time per case");
   std::string env = "CartPole-v1";
   int num_envs = 1024, batch = 1024, threads = 1, clients = 2, n = 1024;
+  std::string device = "cpu", precision = "fp32";
+  std::vector<int> hidden{64, 64};
+  bool graphs = false;
   auto* env_cmd = app.add_subcommand("env", "env steps/s in-process");
   env_cmd->add_option("--env", env);
   env_cmd->add_option("--num-envs", num_envs);
   auto* fwd = app.add_subcommand("forward", "plain forward loop rows/s");
   fwd->add_option("--batch", batch);
   fwd->add_option("--threads", threads);
+  fwd->add_option("--device", device, "auto | cpu | cuda[:N]");
+  fwd->add_option("--precision", precision, "fp32 | fp16 | bf16");
+  fwd->add_option("--hidden", hidden, "hidden layer sizes")->expected(1, 16);
+  fwd->add_flag("--cuda-graphs", graphs, "replay the forward from CUDA graphs");
   auto* serve = app.add_subcommand("serve", "learner serving rows/s");
   serve->add_option("--batch", batch);
   serve->add_option("--threads", threads);
   serve->add_option("--clients", clients);
+  std::vector<std::string> serve_overrides;
+  serve->add_option("--set", serve_overrides, "config overrides, e.g. learner.device=cuda");
   auto* mm = app.add_subcommand("matmul", "peak matmul GFLOP/s");
   mm->add_option("--threads", threads);
   mm->add_option("--n", n);
+  mm->add_option("--device", device, "auto | cpu | cuda[:N]");
+  mm->add_option("--dtype", precision, "fp32 | fp16 | bf16");
   std::string config_path;
   std::vector<std::string> overrides;
   auto* fl = app.add_subcommand("flops", "FLOPs per env step of a config");
@@ -311,9 +398,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (*env_cmd) return BenchEnv(env, num_envs, seconds);
-  if (*fwd) return BenchForward(batch, threads, seconds);
-  if (*serve) return BenchServe(batch, threads, clients, seconds);
-  if (*mm) return BenchMatmul(threads, n, seconds);
+  if (*fwd) return BenchForward(batch, threads, seconds, device, precision, hidden, graphs);
+  if (*serve) return BenchServe(batch, threads, clients, seconds, serve_overrides);
+  if (*mm) return BenchMatmul(threads, n, seconds, device, precision);
   if (*fl) return BenchFlops(config_path, overrides);
   if (*up) return BenchUpdate(config_path, overrides, num_envs, seconds);
   return 2;

@@ -284,12 +284,19 @@ Status ValidateConfig(const FarmConfig& c) {
     return Status::InvalidArgument(fmt::format(
         "transport.heartbeat_timeout_s ({}) must exceed twice transport.heartbeat_interval_s ({})",
         c.transport.heartbeat_timeout_s, c.transport.heartbeat_interval_s));
-  if (c.learner.cuda_graphs)
-    return Status::InvalidArgument(
-        "learner.cuda_graphs: CUDA graph replay is not implemented in this version; set it to false");
   const auto& d = c.learner.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
     return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));
+  if (c.ppo.fused_update == "on" && (c.learner.device != "cpu" || c.learner.precision != "fp32"))
+    return Status::InvalidArgument(fmt::format(
+        "ppo.fused_update=on needs learner.device=cpu and learner.precision=fp32 (got {} and {}): the fused update "
+        "runs on the CPU in fp32; use ppo.fused_update=auto to fall back to the LibTorch update elsewhere",
+        c.learner.device, c.learner.precision));
+  if (c.ppo.fused_update == "on" && c.ppo.encoder != "mlp")
+    return Status::InvalidArgument(fmt::format(
+        "ppo.fused_update=on needs ppo.encoder=mlp (got {}): the fused update knows only the MLP; use "
+        "ppo.fused_update=auto to fall back to the LibTorch update",
+        c.ppo.encoder));
   if (c.transport.bind.rfind("tcp://", 0) != 0 && c.transport.bind.rfind("ipc://", 0) != 0 &&
       c.transport.bind.rfind("inproc://", 0) != 0)
     return Status::InvalidArgument(

@@ -35,29 +35,60 @@ struct EnvConfig {
   int num_envs = 8;    // per worker
   int num_groups = 2;  // double buffering: one group steps while the other waits
   std::map<std::string, double> options;  // env-specific, checked against the env's spec
+  // Preprocessing on the workers (worker/normalizer.h), with one set of statistics for the whole run that
+  // the learner merges, checkpoints and exports. normalize_obs: obs' = clip((obs - mean) / sqrt(var + 1e-8),
+  // +-obs_clip) with running per-element statistics. normalize_reward: reward' = clip(reward / sqrt(var_G +
+  // 1e-8), +-reward_clip), var_G that of each env's running discounted return G = ppo.gamma * G + reward.
+  // Episode returns (mean_return_100, target_return) stay the env's raw returns.
+  bool normalize_obs = false;
+  bool normalize_reward = false;
+  double obs_clip = 10;
+  double reward_clip = 10;
 
   template <class V> void visit(V& v) {
     v("name", name);
     v("num_envs", num_envs, Rule::AtLeast(1));
     v("num_groups", num_groups, Rule::Between(1, 64));
     v("options", options);
+    v("normalize_obs", normalize_obs);
+    v("normalize_reward", normalize_reward);
+    v("obs_clip", obs_clip, Rule::Positive());
+    v("reward_clip", reward_clip, Rule::Positive());
   }
 };
 
 struct TransportConfig {
   // Learner's bind address; "*" as port picks a free one (written to run_dir/learner.endpoint).
   std::string bind = "tcp://127.0.0.1:*";
+  // Largest message either side accepts (ZMQ_MAXMSGSIZE on the learner's ROUTER and the workers' DEALERs):
+  // ZeroMQ closes the connection of a peer that sends more. 64 MiB holds a group of 256 Atari-sized
+  // observations (84x84x4 float32) with every env truncated at once; the learner refuses, at the
+  // handshake, a worker whose largest message could exceed it (MaxSessionMessageBytes in common/wire.h).
   int64_t max_message_bytes = 64ll << 20;
   double worker_give_up_s = 60;  // a worker exits when the learner is silent this long
   double heartbeat_interval_s = 1.0;  // a side with nothing to send for this long sends a Heartbeat
   double heartbeat_timeout_s = 10.0;  // the learner drops a worker silent for this long
+  // Security (docs/OPERATIONS.md, "Security: CURVE keys"). The learner binds a non-loopback address only
+  // with curve or insecure. Keys are named by role, so learner and workers can share one config file.
+  bool insecure = false;  // allow a non-loopback bind without CURVE: anyone who reaches it may join
+  bool curve = false;     // CURVE encryption; the learner admits only the workers whose keys it lists
+  std::string curve_learner_secret_key_file;  // learner: its secret key (NAME.key from scripts/farm keygen)
+  std::string curve_authorized_keys;          // learner: a file of worker public keys, or a directory of *.pub
+  std::string curve_learner_public_key_file;  // workers: the learner's public key (NAME.pub)
+  std::string curve_worker_secret_key_file;   // workers: their own secret key
 
   template <class V> void visit(V& v) {
     v("bind", bind);
-    v("max_message_bytes", max_message_bytes, Rule::AtLeast(1024));
+    v("max_message_bytes", max_message_bytes, Rule::Between(1024, 2147483647));  // protobuf parses < 2 GiB
     v("worker_give_up_s", worker_give_up_s, Rule::Positive());
     v("heartbeat_interval_s", heartbeat_interval_s, Rule::Positive());
     v("heartbeat_timeout_s", heartbeat_timeout_s, Rule::Positive());
+    v("insecure", insecure);
+    v("curve", curve);
+    v("curve_learner_secret_key_file", curve_learner_secret_key_file);
+    v("curve_authorized_keys", curve_authorized_keys);
+    v("curve_learner_public_key_file", curve_learner_public_key_file);
+    v("curve_worker_secret_key_file", curve_worker_secret_key_file);
   }
 };
 
@@ -81,12 +112,15 @@ struct LearnerConfig {
   double progress_interval_s = 1.0;
   int min_workers = 1;          // workers that must join before acting
   std::string precision = "fp32";  // fp32 | fp16 (CUDA, with loss scaling) | bf16 (CUDA or CPU autocast)
-  bool cuda_graphs = false;        // replay fixed-shape inference with CUDA graphs (not available yet: rejected)
+  bool cuda_graphs = false;        // CUDA only: replay inference from CUDA graphs (batches padded to powers of 2)
   bool train = true;               // false: act with the initial (or loaded) policy, never update
   bool random_actions = false;     // uniform random actions, no model: measures transport alone
   std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)
   bool resume = false;             // continue run_dir from its latest checkpoint: policy, optimizer, counters
   bool deterministic = false;      // act with the mode (discrete) or mean (box) instead of sampling
+  // NaN or +-Inf in a request's obs, reward, final_obs or episode returns: reject = answer it with an Error
+  // and record nothing; sanitize = replace each by 0, record and act, and warn (once per worker per 10 s).
+  std::string non_finite = "reject";
 
   template <class V> void visit(V& v) {
     v("device", device);
@@ -97,6 +131,7 @@ struct LearnerConfig {
     v("init_from", init_from);
     v("resume", resume);
     v("deterministic", deterministic);
+    v("non_finite", non_finite, Rule::OneOf({"reject", "sanitize"}));
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));
     v("keep_checkpoints", keep_checkpoints, Rule::AtLeast(0));
@@ -121,7 +156,13 @@ struct PpoConfig {
   double max_grad_norm = 0.5;
   std::optional<double> target_kl;  // stop the epochs early when approx KL exceeds it
   std::vector<int> hidden_sizes = {64, 64};
+  // mlp: flattened inputs; cnn: a conv stack for [C, H, W] observations and global states (learner/policy.h).
+  std::string encoder = "mlp";
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
+  // The fused CPU update (learner/ppo_fused.h): auto = use it when the policy is on the CPU in fp32 (the same
+  // update as the LibTorch path, several times faster for small MLPs); on = require it (error otherwise);
+  // off = always the LibTorch (autograd + torch::optim::Adam) path.
+  std::string fused_update = "auto";
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -139,7 +180,9 @@ struct PpoConfig {
     v("max_grad_norm", max_grad_norm, Rule::Positive());
     v("target_kl", target_kl, Rule::Positive());
     v("hidden_sizes", hidden_sizes, Rule::AtLeast(1));
+    v("encoder", encoder, Rule::OneOf({"mlp", "cnn"}));
     v("bootstrap_truncated", bootstrap_truncated);
+    v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));
   }
 };
 

@@ -2,6 +2,8 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -44,6 +46,29 @@ Status CommitFile(const std::string& tmp, const std::string& path) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, why));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+int RemoveEntry(const char* path, const struct stat*, int type, struct FTW*) {
+  return (type == FTW_DP ? ::rmdir(path) : ::unlink(path)) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::IoError(fmt::format("{}: cannot remove: {}", path, std::strerror(errno)));
+  }
+  // Depth first (contents before their directory), without following links, without leaving the device.
+  const int rc = ::nftw(path.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+  if (rc != 0) {
+    const int err = rc > 0 ? rc : errno;
+    return Status::IoError(fmt::format("{}: cannot remove: {}", path, std::strerror(err)));
   }
   return Status::Ok();
 }

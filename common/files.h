@@ -15,4 +15,11 @@ Status WriteFileAtomic(const std::string& path, const std::string& text);
 // rename over `path`. On failure the temp file is removed.
 Status CommitFile(const std::string& tmp, const std::string& path);
 
+// Removes `path` and, for a directory, everything under it (symbolic links are removed, not followed).
+// A missing path is not an error. Use this rather than std::filesystem::remove_all in code that links
+// LibTorch: PyTorch's wheels export their own copy of remove_all from libtorch.so, which the dynamic linker
+// binds in preference to libstdc++'s and which crashes when called from a program built with another
+// libstdc++ (seen with torch 2.11: a call through a null pointer).
+Status RemoveTree(const std::string& path);
+
 }  // namespace farm

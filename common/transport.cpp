@@ -1,6 +1,13 @@
 // ZeroMQ socket set-up and envelope framing.
 #include "common/transport.h"
 
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+
 namespace farm {
 namespace {
 
@@ -13,28 +20,122 @@ void CommonOptions(zmq::socket_t& s, const TransportConfig& config) {
   s.set(zmq::sockopt::rcvhwm, 100000);
 }
 
+constexpr const char* kSecurityDoc = "docs/OPERATIONS.md, \"Security: CURVE keys\"";
+
 }  // namespace
 
 zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const std::string& endpoint,
-                         const TransportConfig& config) {
+                         const TransportConfig& config, const CurveClientKeys* curve) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   CommonOptions(s, config);
   s.set(zmq::sockopt::routing_id, identity);
   // ZMQ_IMMEDIATE stays off: with it, libzmq 4.3 may discard unread inbound messages (the learner's
   // final Stop) when the connection closes. An absent learner shows as an unanswered handshake instead.
   s.set(zmq::sockopt::sndtimeo, static_cast<int>(config.worker_give_up_s * 1000));
+  if (curve) {
+    s.set(zmq::sockopt::curve_serverkey, curve->server_public_key);
+    s.set(zmq::sockopt::curve_publickey, curve->own.public_key);
+    s.set(zmq::sockopt::curve_secretkey, curve->own.secret_key);
+  }
   s.connect(endpoint);
   return s;
 }
 
-zmq::socket_t MakeRouter(zmq::context_t& ctx, const TransportConfig& config, std::string* bound_endpoint) {
+zmq::socket_t MakeRouter(zmq::context_t& ctx, const TransportConfig& config, std::string* bound_endpoint,
+                         const CurveKeyPair* curve) {
   zmq::socket_t s(ctx, zmq::socket_type::router);
   CommonOptions(s, config);
-  s.set(zmq::sockopt::router_mandatory, 1);
-  s.set(zmq::sockopt::linger, 1000);  // deliver the final Stop messages before closing  // a reply to a vanished worker is an error, not a silent drop
+  s.set(zmq::sockopt::router_mandatory, 1);  // a reply to a vanished worker is an error, not a silent drop
+  s.set(zmq::sockopt::linger, 1000);         // deliver the final Stop messages before closing
+  if (curve) {
+    s.set(zmq::sockopt::curve_server, 1);
+    s.set(zmq::sockopt::curve_secretkey, curve->secret_key);
+    s.set(zmq::sockopt::zap_domain, "farm");
+  }
   s.bind(config.bind);
   if (bound_endpoint) *bound_endpoint = s.get(zmq::sockopt::last_endpoint);
   return s;
+}
+
+bool IsLoopbackEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  const std::string address = endpoint.substr(6);
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+Status CheckBindPolicy(const TransportConfig& config) {
+  if (config.curve || config.insecure || IsLoopbackEndpoint(config.bind)) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "transport.bind: '{}' is not a loopback address, so anyone who can reach it could join as a worker; set "
+      "transport.curve: true (encryption, and only workers whose keys are listed may join) or, on a trusted "
+      "private network, transport.insecure: true (see {})",
+      config.bind, kSecurityDoc));
+}
+
+zmq::socket_t MonitorHandshakes(zmq::context_t& ctx, zmq::socket_t& socket, const std::string& name) {
+  const std::string endpoint = "inproc://farm-handshakes-" + name;
+  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+    throw zmq::error_t();
+  zmq::socket_t monitor(ctx, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.connect(endpoint);
+  return monitor;
+}
+
+Status CheckHandshakes(zmq::socket_t& monitor, const CurveClientKeys* curve, const std::string& peer) {
+  Status first;
+  while (true) {
+    // An event is two frames: 16-bit event and 32-bit value, then the endpoint.
+    zmq::message_t event, address;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more() && !monitor.recv(address, zmq::recv_flags::dontwait)) break;
+    if (event.size() < 6 || !first.ok()) continue;
+    uint16_t id = 0;
+    uint32_t value = 0;
+    std::memcpy(&id, event.data(), sizeof id);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      first = Status::InvalidArgument(fmt::format(
+          "the learner at {} refused this worker's CURVE public key {} (ZAP status {}): add this worker's "
+          "NAME.pub to the learner's transport.curve_authorized_keys",
+          peer, curve ? curve->own.public_key : std::string("(none)"), value));
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+      first = Status::InvalidArgument(
+          curve ? fmt::format("the learner at {} does not use CURVE, but transport.curve is true here", peer)
+                : fmt::format("the learner at {} requires CURVE: set transport.curve: true, "
+                              "transport.curve_worker_secret_key_file and transport.curve_learner_public_key_file "
+                              "(see {})",
+                              peer, kSecurityDoc));
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+      first = Status::InvalidArgument(fmt::format(
+          "the CURVE handshake with the learner at {} failed (cryptographic error): is "
+          "transport.curve_learner_public_key_file the learner's public key?",
+          peer));
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      first = Status::Protocol(
+          fmt::format("the ZMTP handshake with the learner at {} failed: protocol error 0x{:x}", peer, value));
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && curve) {
+      // What a client sees when the server cannot decrypt its HELLO: a wrong server key. Also what a
+      // learner that goes away mid-handshake looks like, hence IoError (a reconnection retries it).
+      first = Status::IoError(fmt::format(
+          "the learner at {} closed the connection during the CURVE handshake: is "
+          "transport.curve_learner_public_key_file the learner's public key?",
+          peer));
+    }
+  }
+  return first;
 }
 
 bool SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::string* scratch) {
@@ -50,6 +151,32 @@ bool ReceiveEnvelope(zmq::socket_t& socket, std::chrono::milliseconds timeout, w
   if (!socket.recv(msg, zmq::recv_flags::dontwait)) return false;
   *status = Decode(msg.data(), msg.size(), out);
   return true;
+}
+
+bool ReceiveEnvelope(zmq::socket_t& socket, zmq::socket_t& monitor, const CurveClientKeys* curve,
+                     const std::string& peer, std::chrono::milliseconds timeout, wire::Envelope* out,
+                     Status* status) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0))) == 0) return false;
+    if (items[1].revents & ZMQ_POLLIN) {
+      if (Status s = CheckHandshakes(monitor, curve, peer); !s.ok()) {
+        *status = std::move(s);
+        return true;
+      }
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t msg;
+      if (socket.recv(msg, zmq::recv_flags::dontwait)) {
+        *status = Decode(msg.data(), msg.size(), out);
+        return true;
+      }
+    }
+    if (Clock::now() >= deadline) return false;
+  }
 }
 
 }  // namespace farm

@@ -4,6 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 namespace farm {
 
 wire::DType ToWire(DType dtype) {
@@ -41,7 +46,8 @@ void ToWire(const Space& space, wire::Space* out) {
 Status FromWire(const wire::Space& in, Space* out) {
   Space s;
   if (in.kind() == wire::Space::DISCRETE) {
-    if (in.n() <= 0) return Status::Protocol(fmt::format("discrete space needs n > 0, got {}", in.n()));
+    if (in.n() <= 0 || in.n() > kMaxSpaceElements)
+      return Status::Protocol(fmt::format("discrete space needs 0 < n <= {}, got {}", kMaxSpaceElements, in.n()));
     s = Space::Discrete(in.n());
     return (*out = s, Status::Ok());
   }
@@ -50,9 +56,16 @@ Status FromWire(const wire::Space& in, Space* out) {
   s.kind = Space::Kind::kBox;
   if (auto st = FromWire(in.dtype(), &s.dtype); !st.ok()) return st;
   s.shape.assign(in.shape().begin(), in.shape().end());
-  for (auto d : s.shape)
-    if (d <= 0) return Status::Protocol(fmt::format("box shape {} has a non-positive dimension", ShapeString(s.shape)));
   if (s.shape.empty()) return Status::Protocol("box space has an empty shape");
+  // Bounds the element count before anyone multiplies the dimensions (Space::numel() would overflow).
+  int64_t numel = 1;
+  for (auto d : s.shape) {
+    if (d <= 0) return Status::Protocol(fmt::format("box shape {} has a non-positive dimension", ShapeString(s.shape)));
+    if (d > kMaxSpaceElements / numel)
+      return Status::Protocol(
+          fmt::format("box shape {} has more than {} elements", ShapeString(s.shape), kMaxSpaceElements));
+    numel *= d;
+  }
   s.low.assign(in.low().begin(), in.low().end());
   s.high.assign(in.high().begin(), in.high().end());
   if (static_cast<int64_t>(s.low.size()) != s.numel() || static_cast<int64_t>(s.high.size()) != s.numel())
@@ -79,9 +92,13 @@ Status CheckTensor(const wire::Tensor& t, DType dtype, const std::vector<int64_t
     return Status::Protocol(fmt::format("{}: expected {} {}, got {} {}", what, dtype_name(dtype), ShapeString(shape),
                                         dtype_ok ? dtype_name(got) : "unknown-dtype", ShapeString(got_shape)));
   }
-  std::size_t numel = 1;
-  for (auto d : shape) numel *= static_cast<std::size_t>(d);
-  const std::size_t bytes = numel * dtype_size(dtype);
+  // The expected shape may hold a count from the message (final_obs): a product that overflows is refused,
+  // not wrapped around to a size that happens to match.
+  std::size_t bytes = dtype_size(dtype);
+  for (auto d : shape) {
+    if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
+      return Status::Protocol(fmt::format("{}: shape {} is too large", what, ShapeString(shape)));
+  }
   if (t.data().size() != bytes)
     return Status::Protocol(fmt::format("{}: shape {} needs {} bytes, got {}", what, ShapeString(shape), bytes,
                                         t.data().size()));
@@ -91,11 +108,258 @@ Status CheckTensor(const wire::Tensor& t, DType dtype, const std::vector<int64_t
 std::string Encode(const wire::Envelope& envelope) { return envelope.SerializeAsString(); }
 
 Status Decode(const void* data, std::size_t size, wire::Envelope* out) {
+  if (size > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    return Status::Protocol(fmt::format("a {}-byte message is larger than protobuf can parse", size));
   if (!out->ParseFromArray(data, static_cast<int>(size)))
     return Status::Protocol(fmt::format("cannot parse a {}-byte message as farm.wire.Envelope", size));
   if (out->body_case() == wire::Envelope::BODY_NOT_SET)
     return Status::Protocol("message has no body (unknown message type or empty envelope)");
   return Status::Ok();
+}
+
+Status CheckHello(const wire::Hello& h, Handshake* out) {
+  if (h.protocol_version() != kProtocolVersion)
+    return Status::Protocol(fmt::format("protocol version {} is not supported (expected {})", h.protocol_version(),
+                                        kProtocolVersion));
+  if (h.num_groups() == 0 || h.num_envs() == 0 || h.num_envs() % h.num_groups() != 0)
+    return Status::Protocol(fmt::format("num_envs ({}) must be a positive multiple of num_groups ({})", h.num_envs(),
+                                        h.num_groups()));
+  if (h.num_envs() > kMaxEnvsPerWorker)
+    return Status::Protocol(fmt::format("num_envs ({}) is more than one worker may have ({})", h.num_envs(),
+                                        kMaxEnvsPerWorker));
+  const uint32_t agents = h.num_agents() == 0 ? 1 : h.num_agents();  // absent: a single-agent env
+  if (uint64_t{h.num_envs()} * agents > kMaxEnvsPerWorker)
+    return Status::Protocol(fmt::format("num_envs x num_agents ({} x {}) is more rows than one worker may have ({})",
+                                        h.num_envs(), agents, kMaxEnvsPerWorker));
+  Handshake hs;
+  if (auto s = FromWire(h.observation(), &hs.observation); !s.ok())
+    return Status::Protocol("observation space: " + s.message());
+  if (auto s = FromWire(h.action(), &hs.action); !s.ok()) return Status::Protocol("action space: " + s.message());
+  if (hs.observation.is_discrete() || hs.observation.dtype != DType::kFloat32)
+    return Status::Protocol("observation space must be a float32 box, got " + hs.observation.ToString());
+  if (!hs.action.is_discrete() && hs.action.dtype != DType::kFloat32)
+    return Status::Protocol("action space must be discrete or a float32 box, got " + hs.action.ToString());
+  if (h.has_global_state()) {
+    Space state;
+    if (auto s = FromWire(h.global_state(), &state); !s.ok()) return Status::Protocol("global state: " + s.message());
+    if (state.is_discrete() || state.dtype != DType::kFloat32)
+      return Status::Protocol("global state must be a float32 box, got " + state.ToString());
+    hs.global_state = std::move(state);
+  }
+  hs.num_groups = h.num_groups();
+  hs.group_size = h.num_envs() / h.num_groups();
+  hs.num_agents = agents;
+  hs.group_rows = hs.group_size * agents;
+  *out = std::move(hs);
+  return Status::Ok();
+}
+
+Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const std::vector<int64_t>& obs_shape,
+                        const std::vector<uint64_t>& next_seq) {
+  if (req.group() >= next_seq.size())
+    return Status::Protocol(fmt::format("group {} out of range (worker has {} groups)", req.group(), next_seq.size()));
+  const uint64_t expected = next_seq[req.group()];
+  if (req.seq() < expected)
+    return Status::Protocol(fmt::format("group {}: seq {} out of order (expected {}): a duplicate of a request "
+                                        "already received",
+                                        req.group(), req.seq(), expected));
+  if (req.seq() != expected)
+    return Status::Protocol(fmt::format("group {}: seq {} out of order (expected {})", req.group(), req.seq(),
+                                        expected));
+  if (req.first() != (req.seq() == 0))
+    return Status::Protocol(fmt::format("group {}: 'first' must be set exactly on seq 0", req.group()));
+  const int64_t n = group_size;
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
+  if (auto s = CheckTensor(req.obs(), DType::kFloat32, shape, "StepRequest.obs"); !s.ok()) return s;
+  if (req.first()) return Status::Ok();
+  if (auto s = CheckTensor(req.reward(), DType::kFloat32, {n}, "StepRequest.reward"); !s.ok()) return s;
+  if (static_cast<int64_t>(req.terminated().size()) != n || static_cast<int64_t>(req.truncated().size()) != n)
+    return Status::Protocol(fmt::format("terminated/truncated: expected {} bytes each, got {}/{}", n,
+                                        req.terminated().size(), req.truncated().size()));
+  const int64_t k = req.final_obs_index_size();
+  if (k > 0) {
+    shape[0] = k;
+    if (auto s = CheckTensor(req.final_obs(), DType::kFloat32, shape, "StepRequest.final_obs"); !s.ok()) return s;
+    for (int32_t i : req.final_obs_index())
+      if (i < 0 || i >= n) return Status::Protocol(fmt::format("final_obs_index {} out of range [0, {})", i, n));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// NaN and both infinities: every exponent bit set. A bit test rather than std::isfinite, so that the
+// loop over a whole observation tensor vectorises.
+inline bool NonFiniteBits(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
+
+// The bytes may sit at any alignment inside a protobuf string: read with memcpy.
+float LoadFloat(const char* p) {
+  float v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Index of the first non-finite float among the `n` at `data`, or -1.
+int64_t FirstNonFinite(const char* data, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t end = std::min(n, begin + kChunk);
+    uint32_t any = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i * 4, sizeof bits);
+      any |= static_cast<uint32_t>(NonFiniteBits(bits));
+    }
+    if (!any) continue;
+    for (int64_t i = begin; i < end; ++i)
+      if (!std::isfinite(LoadFloat(data + i * 4))) return i;
+  }
+  return -1;
+}
+
+int64_t ZeroNonFinite(char* data, int64_t n) {
+  int64_t replaced = 0;
+  for (int64_t i = FirstNonFinite(data, n); i >= 0 && i < n; ++i) {
+    if (std::isfinite(LoadFloat(data + i * 4))) continue;
+    const float zero = 0.0f;
+    std::memcpy(data + i * 4, &zero, sizeof zero);
+    ++replaced;
+  }
+  return replaced;
+}
+
+int64_t FloatCount(const std::string& bytes) { return static_cast<int64_t>(bytes.size() / sizeof(float)); }
+
+}  // namespace
+
+std::string NonFinite::ToString(int64_t row_elements) const {
+  std::string out = fmt::format("{}[{}] = {}", field, index, value);
+  if (row_elements > 1)
+    out += fmt::format(" (row {}, element {})", index / row_elements, index % row_elements);
+  return out;
+}
+
+bool FindNonFinite(const wire::StepRequest& req, NonFinite* first) {
+  auto scan = [&](const std::string& bytes, const char* field) {
+    const int64_t i = FirstNonFinite(bytes.data(), FloatCount(bytes));
+    if (i < 0) return false;
+    *first = NonFinite{field, i, LoadFloat(bytes.data() + i * 4)};
+    return true;
+  };
+  if (scan(req.obs().data(), "StepRequest.obs") || scan(req.reward().data(), "StepRequest.reward") ||
+      scan(req.final_obs().data(), "StepRequest.final_obs") ||
+      scan(req.global_state().data(), "StepRequest.global_state") ||
+      scan(req.final_global_state().data(), "StepRequest.final_global_state"))
+    return true;
+  for (int i = 0; i < req.episodes_size(); ++i) {
+    const float r = req.episodes(i).episode_return();
+    if (!std::isfinite(r)) {
+      *first = NonFinite{"StepRequest.episodes.episode_return", i, r};
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t SanitizeNonFinite(wire::StepRequest* req) {
+  int64_t replaced = 0;
+  for (wire::Tensor* t : {req->mutable_obs(), req->mutable_reward(), req->mutable_final_obs()}) {
+    std::string* bytes = t->mutable_data();
+    replaced += ZeroNonFinite(bytes->data(), FloatCount(*bytes));
+  }
+  // Only when present: mutable_*() would add an empty state to a request without one.
+  if (req->has_global_state()) {
+    std::string* bytes = req->mutable_global_state()->mutable_data();
+    replaced += ZeroNonFinite(bytes->data(), FloatCount(*bytes));
+  }
+  if (req->has_final_global_state()) {
+    std::string* bytes = req->mutable_final_global_state()->mutable_data();
+    replaced += ZeroNonFinite(bytes->data(), FloatCount(*bytes));
+  }
+  for (auto& ep : *req->mutable_episodes()) {
+    if (!std::isfinite(ep.episode_return())) {
+      ep.set_episode_return(0.0f);
+      ++replaced;
+    }
+  }
+  return replaced;
+}
+
+int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action) {
+  // Per tensor or message: tags, lengths, dtype, shape, seq, group, version. Generous, never tight.
+  constexpr int64_t kHeaders = 1024;
+  // Per env: reward (4), terminated and truncated (1 + 1), a final_obs_index varint (<= 10) and one
+  // EpisodeStats (tag, length, float, varint: <= 24).
+  constexpr int64_t kPerEnv = 40;
+  const int64_t obs_bytes = observation.numel() * static_cast<int64_t>(sizeof(float));
+  const int64_t request = 2 * group_size * obs_bytes + group_size * kPerEnv + kHeaders;
+  const int64_t action_bytes = action.is_discrete() ? int64_t{8} : action.numel() * static_cast<int64_t>(sizeof(float));
+  const int64_t reply = group_size * action_bytes + kHeaders;
+  return std::max(request, reply);
+}
+
+int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
+                               const std::optional<Space>& global_state) {
+  const int64_t base = MaxSessionMessageBytes(group_rows, observation, action);
+  if (!global_state) return base;
+  constexpr int64_t kHeaders = 1024;  // the two tensors' tags, lengths, dtype and shape
+  return base + 2 * group_rows * global_state->numel() * static_cast<int64_t>(sizeof(float)) + kHeaders;
+}
+
+Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents) {
+  const int64_t k = req.final_obs_index_size();
+  if (req.first() && k > 0)
+    return Status::Protocol(fmt::format("StepRequest.final_obs_index: {} entries on a first request (no step "
+                                        "results yet)",
+                                        k));
+  if (num_agents <= 1) return Status::Ok();
+  const int64_t n = num_agents;
+  // Row r of `bytes` against the first row of its run of n rows (CheckStepGlobalState checked the sizes).
+  auto check_runs = [n](const std::string& bytes, int64_t rows, const char* field) -> Status {
+    if (rows == 0) return Status::Ok();
+    const std::size_t row_bytes = bytes.size() / static_cast<std::size_t>(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r % n == 0) continue;
+      const int64_t first = r - r % n;
+      if (std::memcmp(bytes.data() + r * row_bytes, bytes.data() + first * row_bytes, row_bytes) != 0)
+        return Status::Protocol(fmt::format("{}: rows {} and {} differ, but they are agents {} and 0 of one env, "
+                                            "whose rows must all hold the env's state",
+                                            field, r, first, r % n));
+    }
+    return Status::Ok();
+  };
+  const int64_t rows = req.global_state().shape_size() > 0 ? req.global_state().shape(0) : 0;
+  if (auto s = check_runs(req.global_state().data(), rows, "StepRequest.global_state"); !s.ok()) return s;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t want = i % n == 0 ? -1 : req.final_obs_index(static_cast<int>(i - i % n)) + i % n;
+    const int64_t got = req.final_obs_index(static_cast<int>(i));
+    if ((i % n == 0 && got % n != 0) || (i % n != 0 && got != want) || (i + n - i % n > k))
+      return Status::Protocol(fmt::format("StepRequest.final_obs_index: entry {} ({}) breaks the runs of whole envs "
+                                          "it must list ({} agents per env: rows e * {} to e * {} + {}, ascending)",
+                                          i, got, n, n, n, n - 1));
+  }
+  return check_runs(req.final_global_state().data(), k, "StepRequest.final_global_state");
+}
+
+Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows,
+                            const std::vector<int64_t>* state_shape) {
+  if (state_shape == nullptr) {
+    if (req.has_global_state() || req.has_final_global_state())
+      return Status::Protocol("StepRequest.global_state: sent, but the worker's Hello declared no global state");
+    return Status::Ok();
+  }
+  std::vector<int64_t> shape{group_rows};
+  shape.insert(shape.end(), state_shape->begin(), state_shape->end());
+  if (auto s = CheckTensor(req.global_state(), DType::kFloat32, shape, "StepRequest.global_state"); !s.ok()) return s;
+  const int64_t k = req.first() ? 0 : req.final_obs_index_size();
+  if (k == 0) {
+    if (req.has_final_global_state())
+      return Status::Protocol("StepRequest.final_global_state: sent without final_obs_index entries");
+    return Status::Ok();
+  }
+  shape[0] = k;
+  return CheckTensor(req.final_global_state(), DType::kFloat32, shape, "StepRequest.final_global_state");
 }
 
 }  // namespace farm

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,15 @@
 namespace farm {
 
 // Bumped on any incompatible change to farm.proto's meaning.
-constexpr uint32_t kProtocolVersion = 1;
+// 2: multi-agent envs (Hello.num_agents: a request's rows are envs x agents)
+//    and global states (Hello.global_state, StepRequest.global_state and
+//    final_global_state). A learner refuses any other version by name.
+constexpr uint32_t kProtocolVersion = 2;
+
+// Receivers' limits, far above any real use and low enough that sizes derived
+// from them (envs x elements x 8 bytes) cannot overflow 64 bits.
+constexpr uint32_t kMaxEnvsPerWorker = 1u << 20;
+constexpr int64_t kMaxSpaceElements = int64_t{1} << 31;  // per observation or action; also a discrete n
 
 wire::DType ToWire(DType dtype);
 Status FromWire(wire::DType dtype, DType* out);
@@ -32,5 +41,76 @@ std::string ShapeString(const std::vector<int64_t>& shape);
 // Serialises an envelope to bytes / parses one, with a clear error.
 std::string Encode(const wire::Envelope& envelope);
 Status Decode(const void* data, std::size_t size, wire::Envelope* out);
+
+// A worker's Hello once checked: what the learner serves it by.
+struct Handshake {
+  Space observation;  // a float32 box
+  Space action;       // discrete, or a float32 box
+  uint32_t num_groups = 0;
+  int64_t group_size = 0;  // envs per group
+  uint32_t num_agents = 1;  // agents per env (Hello.num_agents, 0 read as 1)
+  int64_t group_rows = 0;   // rows of one group's requests: group_size * num_agents
+  std::optional<Space> global_state;  // a float32 box, when the env has one
+};
+
+// The learner's checks of a Hello that need none of its state: protocol
+// version, group layout (num_envs a positive multiple of num_groups, at most
+// kMaxEnvsPerWorker, and so are its rows, num_envs x num_agents), spaces a
+// policy can serve, and a global state (when given) that is a float32 box.
+Status CheckHello(const wire::Hello& hello, Handshake* out);
+
+// The learner's checks of a StepRequest from a worker with `group_size` envs
+// per group, observations of `obs_shape`, and next_seq[g] the seq expected
+// next from group g (one entry per group): group in range, seq in order,
+// `first` exactly on seq 0, obs [group_size, obs...]; after the first request
+// also reward [group_size], group_size terminated/truncated bytes, and
+// final_obs [k, obs...] for k final_obs_index entries in [0, group_size).
+// When it returns Ok every buffer may be read at those sizes.
+Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const std::vector<int64_t>& obs_shape,
+                        const std::vector<uint64_t>& next_seq);
+
+// The global-state fields of a request that CheckStepRequest accepted, from a
+// worker with `group_rows` rows per group: with `state_shape` (the Hello's
+// global state), global_state [group_rows, state...] and, after the first
+// request, final_global_state [len(final_obs_index), state...] (absent when
+// no row was truncated); without (nullptr), neither field may be present.
+Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows,
+                            const std::vector<int64_t>* state_shape);
+
+// What the learner's centralised critic relies on to run once per env rather than once per agent, for a
+// request that passed CheckStepGlobalState with a state, from a worker of `num_agents` agents per env: the
+// rows of an env (e * num_agents + a) hold one state, bitwise equal, and so do their final states;
+// final_obs_index lists whole envs (num_agents consecutive rows from a multiple of num_agents) and is
+// empty on a first request. Both are what the protocol says a worker sends.
+Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents);
+
+// A NaN or infinite float in a StepRequest that passed CheckStepRequest.
+struct NonFinite {
+  std::string field;  // "StepRequest.obs", ".reward", ".final_obs", ".global_state", ".final_global_state"
+                      // or ".episodes.episode_return"
+  int64_t index = 0;  // flat element index within that field
+  float value = 0;
+  std::string ToString(int64_t row_elements) const;  // "StepRequest.obs[5] = nan (row 1, element 2)"
+};
+
+// The first non-finite value of obs, reward, final_obs, global_state,
+// final_global_state and the episodes' returns (in that order), or false when
+// every one is finite.
+bool FindNonFinite(const wire::StepRequest& req, NonFinite* first);
+
+// Replaces every non-finite value of those fields by 0; returns how many.
+int64_t SanitizeNonFinite(wire::StepRequest* req);
+
+// An upper bound on the bytes of any message of a session with `group_size`
+// envs per group: a StepRequest (obs and, with every env truncated, as many
+// final observations; rewards, flags, indices, episodes) or an ActionReply.
+// Compare with transport.max_message_bytes: ZeroMQ drops a peer that sends more.
+int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action);
+// The same bound for a session whose requests have `group_rows` rows (envs x
+// agents per group) and, when `global_state` is set, a state per row and a
+// final state per truncated row (generous: the state is added to the larger
+// of request and reply).
+int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
+                               const std::optional<Space>& global_state);
 
 }  // namespace farm

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -24,8 +25,149 @@
 
 namespace farm {
 
+torch::Tensor GeneratorState(torch::Generator& generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state().clone();
+}
+
+Status SetGeneratorState(torch::Generator& generator, const torch::Tensor& state, const std::string& what) {
+  try {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state.to(torch::kCPU).contiguous());
+  } catch (const c10::Error& e) {
+    return Status::InvalidArgument(
+        fmt::format("random generator '{}': cannot restore its state: {}", what, e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// "solved_at": [steps, seconds, unix seconds], all -1 when the target was not reached.
+torch::Tensor SolvedAtTensor(const RunState& s) {
+  if (!s.solved_at_steps) return torch::full({3}, -1.0, torch::kFloat64);
+  return torch::tensor({static_cast<double>(*s.solved_at_steps), s.solved_at_seconds.value_or(-1.0),
+                        s.solved_at_unix.value_or(-1.0)},
+                       torch::kFloat64);
+}
+
+void WriteRunState(torch::serialize::OutputArchive& archive, const RunState& s) {
+  torch::serialize::OutputArchive rng;
+  for (const auto& [name, state] : s.rng) rng.write(name, state);
+  archive.write("rng", rng);
+  if (s.has_episode_window) {
+    torch::serialize::OutputArchive window;
+    window.write("returns", torch::tensor(s.episode_returns, torch::kFloat64));
+    window.write("lengths", torch::tensor(s.episode_lengths, torch::kInt64));
+    archive.write("episode_window", window);
+  }
+  archive.write("solved_at", SolvedAtTensor(s));
+  if (!s.config_yaml.empty()) archive.write("config_yaml", c10::IValue(s.config_yaml));
+  if (s.has_normalizer) {
+    torch::serialize::OutputArchive normalizer;
+    for (const auto& [name, m] : {std::pair<const char*, const RunningMoments*>{"obs", &s.normalizer_obs},
+                                  std::pair<const char*, const RunningMoments*>{"ret", &s.normalizer_ret}}) {
+      normalizer.write(fmt::format("{}_count", name), torch::tensor({m->count()}, torch::kInt64));
+      normalizer.write(fmt::format("{}_mean", name), torch::tensor(m->mean(), torch::kFloat64));
+      normalizer.write(fmt::format("{}_m2", name), torch::tensor(m->m2(), torch::kFloat64));
+    }
+    archive.write("normalizer", normalizer);
+  }
+}
+
+// The "normalizer" entry: false when the archive has none.
+Status ReadNormalizer(torch::serialize::InputArchive& archive, const std::string& path, bool* found,
+                      RunningMoments* obs, RunningMoments* ret) {
+  torch::serialize::InputArchive normalizer;
+  *found = archive.try_read("normalizer", normalizer);
+  if (!*found) return Status::Ok();
+  for (const auto& [name, m] : {std::pair<const char*, RunningMoments*>{"obs", obs},
+                                std::pair<const char*, RunningMoments*>{"ret", ret}}) {
+    torch::Tensor count, mean, m2;
+    normalizer.read(fmt::format("{}_count", name), count);
+    normalizer.read(fmt::format("{}_mean", name), mean);
+    normalizer.read(fmt::format("{}_m2", name), m2);
+    if (count.numel() != 1 || mean.dim() != 1 || m2.dim() != 1 || mean.numel() != m2.numel())
+      return Status::InvalidArgument(fmt::format("{}: normalizer.{}: expected a count and two vectors of one length, "
+                                                 "got {}, {} and {} entries",
+                                                 path, name, count.numel(), mean.numel(), m2.numel()));
+    mean = mean.to(torch::kCPU, torch::kFloat64).contiguous();
+    m2 = m2.to(torch::kCPU, torch::kFloat64).contiguous();
+    const double* mp = mean.data_ptr<double>();
+    const double* m2p = m2.data_ptr<double>();
+    for (int64_t i = 0; i < mean.numel(); ++i)
+      if (!std::isfinite(mp[i]) || !std::isfinite(m2p[i]) || m2p[i] < 0)
+        return Status::InvalidArgument(fmt::format("{}: normalizer.{}: element {} has mean {} and m2 {} (expected "
+                                                   "finite numbers, m2 >= 0)",
+                                                   path, name, i, mp[i], m2p[i]));
+    if (auto s = RunningMoments::Make(count.to(torch::kInt64).item<int64_t>(), {mp, mp + mean.numel()},
+                                      {m2p, m2p + m2.numel()}, m);
+        !s.ok())
+      return Status::InvalidArgument(fmt::format("{}: normalizer.{}: {}", path, name, s.message()));
+  }
+  return Status::Ok();
+}
+
+// What the archive holds of a RunState; absent entries are listed in s->missing.
+Status ReadRunState(torch::serialize::InputArchive& archive, const std::string& path, RunState* s) {
+  torch::serialize::InputArchive rng;
+  if (archive.try_read("rng", rng)) {
+    for (const char* name : {kRngTrainer, kRngRandomActions, kRngTorchCpu, kRngTorchCuda}) {
+      torch::Tensor state;
+      if (rng.try_read(name, state)) s->rng[name] = state;
+    }
+  } else {
+    s->missing.push_back("rng (random generator states)");
+  }
+  torch::serialize::InputArchive window;
+  if (archive.try_read("episode_window", window)) {
+    torch::Tensor returns, lengths;
+    window.read("returns", returns);
+    window.read("lengths", lengths);
+    if (returns.dim() != 1 || lengths.dim() != 1 || returns.numel() != lengths.numel())
+      return Status::InvalidArgument(fmt::format("{}: episode_window: returns and lengths must be two vectors of one "
+                                                 "length, got {} and {} entries",
+                                                 path, returns.numel(), lengths.numel()));
+    returns = returns.to(torch::kCPU, torch::kFloat64).contiguous();
+    lengths = lengths.to(torch::kCPU, torch::kInt64).contiguous();
+    s->has_episode_window = true;
+    s->episode_returns.assign(returns.data_ptr<double>(), returns.data_ptr<double>() + returns.numel());
+    s->episode_lengths.assign(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  } else {
+    s->missing.push_back("episode_window (the last 100 episodes' returns and lengths)");
+  }
+  torch::Tensor solved;
+  if (archive.try_read("solved_at", solved)) {
+    if (solved.numel() != 3)
+      return Status::InvalidArgument(fmt::format("{}: solved_at: expected 3 numbers, got {}", path, solved.numel()));
+    solved = solved.to(torch::kCPU, torch::kFloat64).contiguous();
+    const double* v = solved.data_ptr<double>();
+    if (v[0] >= 0) {
+      s->solved_at_steps = static_cast<int64_t>(v[0]);
+      s->solved_at_seconds = v[1];
+      if (v[2] >= 0) s->solved_at_unix = v[2];
+    }
+  } else {
+    s->missing.push_back("solved_at");
+  }
+  c10::IValue config;
+  if (archive.try_read("config_yaml", config) && config.isString()) {
+    s->config_yaml = config.toStringRef();
+  } else {
+    s->missing.push_back("config_yaml");
+  }
+  if (auto st = ReadNormalizer(archive, path, &s->has_normalizer, &s->normalizer_obs, &s->normalizer_ret); !st.ok())
+    return st;
+  // No "normalizer" is not listed in `missing`: a run without normalisation needs none (the learner warns
+  // when a run that normalises resumes from a checkpoint without it).
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
-                      const TrainingCounters& c, std::string* written_path, const LossScaler* scaler, int keep) {
+                      const TrainingCounters& c, std::string* written_path, const LossScaler* scaler, int keep,
+                      const RunState* state) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
@@ -47,6 +189,7 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
       scaler->Save(scaler_archive);
       archive.write("loss_scaler", scaler_archive);
     }
+    if (state) WriteRunState(archive, *state);
     archive.save_to(tmp);
   } catch (const c10::Error& e) {
     return Status::IoError(fmt::format("{}: cannot write checkpoint: {}", tmp, e.what_without_backtrace()));
@@ -114,7 +257,8 @@ namespace {
 
 // LoadCheckpoint with an optional map location (LoadPolicy reads CUDA-written checkpoints on the CPU).
 Status LoadCheckpointTo(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
-                        TrainingCounters* c, LossScaler* scaler, std::optional<torch::Device> device) {
+                        TrainingCounters* c, LossScaler* scaler, RunState* state,
+                        std::optional<torch::Device> device) {
   try {
     torch::serialize::InputArchive archive;
     if (device) {
@@ -145,6 +289,10 @@ Status LoadCheckpointTo(const std::string& path, ActorCritic& policy, torch::opt
       torch::serialize::InputArchive scaler_archive;
       if (archive.try_read("loss_scaler", scaler_archive)) scaler->Load(scaler_archive);
     }
+    if (state) {
+      *state = RunState();
+      if (auto s = ReadRunState(archive, path, state); !s.ok()) return s;
+    }
   } catch (const c10::Error& e) {
     return Status::IoError(fmt::format("{}: cannot read checkpoint: {}", path, e.what_without_backtrace()));
   }
@@ -154,8 +302,54 @@ Status LoadCheckpointTo(const std::string& path, ActorCritic& policy, torch::opt
 }  // namespace
 
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
-                      TrainingCounters* c, LossScaler* scaler) {
-  return LoadCheckpointTo(path, policy, optimizer, c, scaler, std::nullopt);
+                      TrainingCounters* c, LossScaler* scaler, RunState* state) {
+  return LoadCheckpointTo(path, policy, optimizer, c, scaler, state, std::nullopt);
+}
+
+Status ReadCheckpointConfig(const std::string& path, std::string* yaml) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, torch::Device(torch::kCPU));
+    c10::IValue config;
+    if (!archive.try_read("config_yaml", config) || !config.isString())
+      return Status::NotFound(fmt::format("{}: holds no config (written before checkpoints stored one)", path));
+    *yaml = config.toStringRef();
+  } catch (const c10::Error& e) {
+    return Status::IoError(fmt::format("{}: cannot read checkpoint: {}", path, e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
+Status ReadCheckpointNormalizer(const std::string& path, RunningMoments* obs, RunningMoments* ret) {
+  bool found = false;
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, torch::Device(torch::kCPU));
+    if (auto s = ReadNormalizer(archive, path, &found, obs, ret); !s.ok()) return s;
+  } catch (const c10::Error& e) {
+    return Status::IoError(fmt::format("{}: cannot read checkpoint: {}", path, e.what_without_backtrace()));
+  }
+  if (!found)
+    return Status::NotFound(
+        fmt::format("{}: holds no normaliser statistics (written before checkpoints stored them)", path));
+  return Status::Ok();
+}
+
+Status LoadObsTransform(const FarmConfig& config, const std::string& path, int64_t obs_numel,
+                        std::optional<ObsTransform>* out) {
+  out->reset();
+  if (!config.env.normalize_obs) return Status::Ok();
+  RunningMoments obs, ret;
+  if (auto s = ReadCheckpointNormalizer(path, &obs, &ret); !s.ok()) {
+    if (s.code() != Status::Code::kNotFound) return s;
+    return Status::NotFound(s.message() +
+                            "; the run has env.normalize_obs true, so its policy expects normalised observations");
+  }
+  if (obs.dim() != obs_numel)
+    return Status::InvalidArgument(fmt::format("{}: normalizer.obs has {} elements, but observations have {}", path,
+                                               obs.dim(), obs_numel));
+  *out = ObsTransform::From(obs, config.env.obs_clip);
+  return Status::Ok();
 }
 
 // ---- policy_spec.json ----
@@ -283,16 +477,19 @@ Status ReadTextFile(const std::string& path, const std::string& what, std::strin
 
 }  // namespace
 
-std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden) {
+std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden,
+                           const PolicyOptions& options) {
   ordered_json j;
   j["observation"] = SpaceJson(obs);
   j["action"] = SpaceJson(action);
   j["hidden_sizes"] = hidden;
+  j["encoder"] = EncoderName(options.encoder);
+  j["global_state"] = options.global_state ? SpaceJson(*options.global_state) : ordered_json(nullptr);
   return j.dump(2) + "\n";
 }
 
 Status ParsePolicySpecJson(const std::string& text, const std::string& source, Space* obs, Space* action,
-                           std::vector<int>* hidden) {
+                           std::vector<int>* hidden, PolicyOptions* options) {
   json j;
   try {
     j = json::parse(text);
@@ -304,9 +501,10 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
         fmt::format("{}: expected an object with observation, action and hidden_sizes", source));
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
-    if (key != "observation" && key != "action" && key != "hidden_sizes")
-      return Status::InvalidArgument(
-          fmt::format("{}: unknown key '{}' (expected observation, action, hidden_sizes)", source, key));
+    if (key != "observation" && key != "action" && key != "hidden_sizes" && key != "encoder" &&
+        key != "global_state")
+      return Status::InvalidArgument(fmt::format(
+          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state)", source, key));
   }
   for (const char* key : {"observation", "action", "hidden_sizes"}) {
     if (!j.contains(key)) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", source, key));
@@ -323,6 +521,29 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
       return Status::InvalidArgument(
           fmt::format("{}: hidden_sizes: expected an array of positive integers, got {}", source, h.dump()));
     hidden->push_back(static_cast<int>(w.get<int64_t>()));
+  }
+  // Absent in files written before encoders and global states: the MLP on the observation.
+  PolicyOptions parsed;
+  if (j.contains("encoder")) {
+    if (!j["encoder"].is_string())
+      return Status::InvalidArgument(
+          fmt::format("{}: encoder: expected \"mlp\" or \"cnn\", got {}", source, j["encoder"].dump()));
+    if (auto s = ParseEncoder(j["encoder"].get<std::string>(), &parsed.encoder); !s.ok())
+      return Status::InvalidArgument(source + ": " + s.message());
+  }
+  if (j.contains("global_state") && !j["global_state"].is_null()) {
+    Space state;
+    if (auto s = ParseSpace(j["global_state"], source + ": global_state", &state); !s.ok()) return s;
+    if (state.is_discrete())
+      return Status::InvalidArgument(fmt::format("{}: global_state: expected a box, got {}", source, state.ToString()));
+    parsed.global_state = std::move(state);
+  }
+  if (options) {
+    *options = std::move(parsed);
+  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the policy has encoder {} and {}; this caller can only rebuild an mlp policy without a global state",
+        source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state"));
   }
   return Status::Ok();
 }
@@ -348,7 +569,8 @@ Status LoadPolicy(const std::string& run_dir, ActorCritic* policy, FarmConfig* c
     return s;
   Space obs, action;
   std::vector<int> hidden;
-  if (auto s = ParsePolicySpecJson(spec_text, spec_path, &obs, &action, &hidden); !s.ok()) return s;
+  PolicyOptions options;
+  if (auto s = ParsePolicySpecJson(spec_text, spec_path, &obs, &action, &hidden, &options); !s.ok()) return s;
 
   const std::string latest_path = run_dir + "/checkpoints/latest";
   std::string latest;
@@ -367,7 +589,7 @@ Status LoadPolicy(const std::string& run_dir, ActorCritic* policy, FarmConfig* c
 
   ActorCritic built{nullptr};
   try {
-    built = ActorCritic(obs, action, hidden);
+    built = ActorCritic(obs, action, hidden, options);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(fmt::format("{}: cannot build the policy: {}", spec_path, e.what()));
   }
@@ -377,7 +599,7 @@ Status LoadPolicy(const std::string& run_dir, ActorCritic* policy, FarmConfig* c
   for (const auto& item : built->named_buffers()) expected[item.key()] = item.value().sizes().vec();
 
   TrainingCounters loaded;
-  if (auto s = LoadCheckpointTo(ckpt_path, built, nullptr, &loaded, nullptr, torch::Device(torch::kCPU)); !s.ok())
+  if (auto s = LoadCheckpointTo(ckpt_path, built, nullptr, &loaded, nullptr, nullptr, torch::Device(torch::kCPU)); !s.ok())
     return s;
   auto check_shapes = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) -> Status {
     for (const auto& item : tensors) {

@@ -1,17 +1,21 @@
 // Checkpoints: policy, optimizer, counters and (optionally) the fp16 loss
-// scaler's state in one LibTorch archive, written atomically (temp file,
-// fsync, rename). Also the run's policy_spec.json (the spaces and widths that
-// rebuild the ActorCritic) and LoadPolicy, which rebuilds a run's latest policy
-// for the tools (farm-eval, farm-export).
+// scaler's state and the run state that --resume continues from (random
+// generators, episode window, config text) in one LibTorch archive, written
+// atomically (temp file, fsync, rename). Also the run's policy_spec.json (the
+// spaces and widths that rebuild the ActorCritic) and LoadPolicy, which
+// rebuilds a run's latest policy for the tools (farm-eval, farm-export).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
+#include "common/running_stats.h"
 #include "common/space.h"
 #include "common/status.h"
 #include "learner/amp.h"
@@ -27,19 +31,70 @@ struct TrainingCounters {
   double wall_seconds = 0;
 };
 
+// What a run needs besides weights, optimizer and counters to continue where
+// a checkpoint left it: the random generators' states, the 100-episode window,
+// when the target was first reached, and the config that produced it.
+struct RunState {
+  // Generator name -> Generator::get_state() (uint8, CPU). The learner's names: kRngTrainer,
+  // kRngRandomActions, kRngTorchCpu, kRngTorchCuda.
+  std::map<std::string, torch::Tensor> rng;
+  bool has_episode_window = false;
+  std::vector<double> episode_returns;  // the window, oldest first
+  std::vector<int64_t> episode_lengths;
+  std::optional<int64_t> solved_at_steps;  // first time the 100-episode mean reached target_return
+  std::optional<double> solved_at_seconds;
+  std::optional<double> solved_at_unix;
+  std::string config_yaml;  // the run's resolved config (DumpConfig); empty: not stored
+  // env.normalize_obs / normalize_reward: the run's merged statistics (moments of 0 elements for what is off),
+  // stored under "normalizer". A checkpoint without one loads with has_normalizer false (not in `missing`).
+  bool has_normalizer = false;
+  RunningMoments normalizer_obs;
+  RunningMoments normalizer_ret;
+  // Filled by LoadCheckpoint: what the checkpoint lacks (written by an older version), e.g. "rng.trainer".
+  std::vector<std::string> missing;
+};
+
+inline constexpr const char* kRngTrainer = "trainer";                // PpoTrainer's minibatch shuffling
+inline constexpr const char* kRngRandomActions = "random_actions";  // the learner's learner.random_actions
+inline constexpr const char* kRngTorchCpu = "torch_cpu";            // LibTorch's default CPU generator (sampling)
+inline constexpr const char* kRngTorchCuda = "torch_cuda";          // the learner device's default CUDA generator
+
+// A generator's state, taken under its lock (a copy: later draws do not change it).
+torch::Tensor GeneratorState(torch::Generator& generator);
+// Sets a generator's state from GeneratorState's tensor; `what` names it in errors.
+Status SetGeneratorState(torch::Generator& generator, const torch::Tensor& state, const std::string& what);
+
 // Writes dir/ckpt-<updates>.pt (temp file, fsync, rename), its CRC32C in
 // ckpt-<updates>.pt.crc32c, and points dir/latest at it. A non-null `scaler`
-// is stored under "loss_scaler". keep > 0: only the newest `keep` remain.
+// is stored under "loss_scaler", a non-null `state` under "rng",
+// "episode_window", "solved_at" and "config_yaml". keep > 0: only the newest
+// `keep` remain.
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
                       const TrainingCounters& counters, std::string* written_path = nullptr,
-                      const LossScaler* scaler = nullptr, int keep = 0);
+                      const LossScaler* scaler = nullptr, int keep = 0, const RunState* state = nullptr);
 
 // Loads a checkpoint written by SaveCheckpoint into `policy` and `optimizer`
 // (same architecture) and `counters`. A non-null `scaler` gets the stored
 // "loss_scaler" state; a checkpoint without one (older, or saved without a
-// scaler) leaves `scaler` as it is.
+// scaler) leaves `scaler` as it is. A non-null `state` gets what the
+// checkpoint holds of a RunState; the entries it lacks (an older version
+// wrote it) are listed in state->missing, not an error.
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
-                      TrainingCounters* counters, LossScaler* scaler = nullptr);
+                      TrainingCounters* counters, LossScaler* scaler = nullptr, RunState* state = nullptr);
+
+// The config text stored in a checkpoint ("config_yaml"); NotFound when the
+// checkpoint predates it. Reads nothing else (no policy needed).
+Status ReadCheckpointConfig(const std::string& path, std::string* yaml);
+
+// The normaliser statistics stored in a checkpoint ("normalizer"); NotFound when it holds none (written
+// before checkpoints stored them). Reads nothing else.
+Status ReadCheckpointNormalizer(const std::string& path, RunningMoments* obs, RunningMoments* ret);
+
+// For the tools (farm-eval, farm-export): with config.env.normalize_obs, the observation transform of the
+// checkpoint at `path` (its statistics, config.env.obs_clip) for observations of `obs_numel` elements;
+// nullopt without. An error names the checkpoint and what it lacks.
+Status LoadObsTransform(const FarmConfig& config, const std::string& path, int64_t obs_numel,
+                        std::optional<ObsTransform>* out);
 
 // Checkpoint files in `dir` (ckpt-*.pt), newest first.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
@@ -53,20 +108,27 @@ Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std:
 
 // policy_spec.json: what ActorCritic's constructor needs, written by the
 // learner when it creates the policy:
-//   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64]}
+//   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64],
+//    "encoder": "mlp"|"cnn", "global_state": SPACE|null}
 //   SPACE = {"kind": "discrete"|"box", "shape": [..], "n": N, "low": [..], "high": [..]}
 // A box's low/high hold numel() numbers each (n is 0); a discrete space has
 // shape/low/high empty and n > 0. JSON has no infinities: a non-finite bound is
-// written as the string "inf", "-inf" or "nan".
-std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden);
+// written as the string "inf", "-inf" or "nan". "global_state" is the
+// centralised critic's input (null: the critic reads the observation); files
+// without "encoder" or "global_state" (older runs) mean mlp and null.
+std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden,
+                           const PolicyOptions& options = {});
 
 // Parses PolicySpecJson's text; `source` (a file name) prefixes every error,
-// which names the offending key and what was expected.
+// which names the offending key and what was expected. With `options` null, a
+// spec whose encoder or global state is not the default is an error (the
+// caller could not rebuild that policy).
 Status ParsePolicySpecJson(const std::string& text, const std::string& source, Space* obs, Space* action,
-                           std::vector<int>* hidden);
+                           std::vector<int>* hidden, PolicyOptions* options = nullptr);
 
 // Rebuilds a run's latest policy on the CPU: reads run_dir/config.yaml into
-// `config`, run_dir/policy_spec.json, and the checkpoint named by
+// `config`, run_dir/policy_spec.json (spaces, widths, encoder, global state),
+// and the checkpoint named by
 // run_dir/checkpoints/latest (its counters into `counters`, its weights into a
 // new `policy`; the optimizer state is skipped). Errors name the missing or
 // corrupt file and what was expected. `checkpoint_path` (optional) receives the

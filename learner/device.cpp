@@ -3,7 +3,15 @@
 
 #include <fmt/format.h>
 
+// OpenBLAS's setter, resolved at load time when an OpenBLAS is loaded (LibTorch's BLAS), null otherwise.
+extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
+
 namespace farm {
+
+void SetCpuThreads(int threads) {
+  torch::set_num_threads(threads);
+  if (openblas_set_num_threads != nullptr) openblas_set_num_threads(threads);
+}
 
 Status ResolveDevice(const std::string& name, torch::Device* out) {
   if (name == "auto") {

@@ -24,17 +24,18 @@ struct Layer {
   torch::Tensor bias;    // [out]
 };
 
-// The actor's Linear layers in order, from parameter names "actor.<index>.weight|bias".
-Status ActorLayers(ActorCriticImpl& policy, std::vector<Layer>* out) {
+// The layers with weights of one Sequential in order, from parameter names "<prefix><index>.weight|bias"
+// (prefix "actor." for the MLP, "actor_encoder." for the cnn encoder).
+Status SequentialLayers(ActorCriticImpl& policy, const std::string& prefix, std::vector<Layer>* out) {
   std::map<int, Layer> by_index;
   for (const auto& item : policy.named_parameters()) {
     const std::string& key = item.key();
-    if (key.rfind("actor.", 0) != 0) continue;
-    const auto dot = key.find('.', 6);
+    if (key.rfind(prefix, 0) != 0) continue;
+    const auto dot = key.find('.', prefix.size());
     if (dot == std::string::npos) return Status::InvalidArgument("ExportTorchScript: unexpected parameter " + key);
     int index = 0;
     try {
-      index = std::stoi(key.substr(6, dot - 6));
+      index = std::stoi(key.substr(prefix.size(), dot - prefix.size()));
     } catch (const std::exception&) {
       return Status::InvalidArgument("ExportTorchScript: unexpected parameter " + key);
     }
@@ -49,6 +50,10 @@ Status ActorLayers(ActorCriticImpl& policy, std::vector<Layer>* out) {
     }
   }
   out->clear();
+  if (prefix != "actor.") {
+    for (auto& [index, layer] : by_index) out->push_back(layer);
+    return Status::Ok();
+  }
   for (auto& [index, layer] : by_index) {
     if (!layer.weight.defined() || !layer.bias.defined() || layer.weight.dim() != 2 || layer.bias.dim() != 1 ||
         layer.bias.size(0) != layer.weight.size(0))
@@ -64,21 +69,49 @@ Status ActorLayers(ActorCriticImpl& policy, std::vector<Layer>* out) {
 
 }  // namespace
 
-Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path) {
+Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const ObsTransform* normalize) {
   const Space& obs = policy.observation_space();
   const Space& action = policy.action_space();
   std::vector<Layer> layers;
-  if (auto s = ActorLayers(policy, &layers); !s.ok()) return s;
+  if (auto s = SequentialLayers(policy, "actor.", &layers); !s.ok()) return s;
+  const bool cnn = policy.encoder() == Encoder::kCnn;
+  std::vector<Layer> encoder;  // cnn: conv, conv, linear
+  if (cnn) {
+    if (auto s = SequentialLayers(policy, "actor_encoder.", &encoder); !s.ok()) return s;
+    if (encoder.size() != 3 || encoder[0].weight.dim() != 4 || encoder[1].weight.dim() != 4 ||
+        encoder[2].weight.dim() != 2 || obs.shape.size() != 3)
+      return Status::InvalidArgument("ExportTorchScript: the actor's cnn encoder is not conv, conv, linear on a "
+                                     "[C, H, W] observation");
+  }
   const int64_t obs_dim = obs.numel();
+  const int64_t in_dim = cnn ? encoder[2].weight.size(0) : obs_dim;
   const int64_t head_dim = action.is_discrete() ? action.n : action.numel();
-  if (layers.front().weight.size(1) != obs_dim || layers.back().weight.size(0) != head_dim)
+  if (layers.front().weight.size(1) != in_dim || layers.back().weight.size(0) != head_dim)
     return Status::InvalidArgument(
         fmt::format("ExportTorchScript: the actor maps {} to {} values, but the spaces need {} to {}",
-                    layers.front().weight.size(1), layers.back().weight.size(0), obs_dim, head_dim));
+                    layers.front().weight.size(1), layers.back().weight.size(0), in_dim, head_dim));
+
+  if (normalize && (static_cast<int64_t>(normalize->mean.size()) != obs_dim ||
+                    static_cast<int64_t>(normalize->std.size()) != obs_dim))
+    return Status::InvalidArgument(fmt::format("ExportTorchScript: the observation normaliser has {} elements, the "
+                                               "observation {}",
+                                               normalize->mean.size(), obs_dim));
 
   std::ostringstream src;
   src << "def forward(self, obs):\n";
-  src << "    x = obs.reshape([obs.size(0), " << obs_dim << "]).float()\n";
+  if (normalize)  // the workers' transform (common/running_stats.h), in float32
+    src << fmt::format(
+        "    obs = torch.clamp((obs.reshape([obs.size(0), {0}]).float() - self.obs_mean) / self.obs_std, -{1:.9g}, "
+        "{1:.9g})\n",
+                       obs_dim, static_cast<double>(normalize->clip));
+  if (cnn) {
+    src << fmt::format("    x = obs.reshape([obs.size(0), {}]).float()\n", fmt::join(obs.shape, ", "));
+    src << "    x = torch.relu(torch.conv2d(x, self.conv0_w, self.conv0_b, [1, 1], [1, 1]))\n";
+    src << "    x = torch.relu(torch.conv2d(x, self.conv1_w, self.conv1_b, [2, 2], [1, 1]))\n";
+    src << "    x = torch.relu(torch.addmm(self.enc_b, x.reshape([x.size(0), -1]), self.enc_w.t()))\n";
+  } else {
+    src << "    x = obs.reshape([obs.size(0), " << obs_dim << "]).float()\n";
+  }
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const bool last = i + 1 == layers.size();
     const std::string affine = fmt::format("torch.addmm(self.b{0}, x, self.w{0}.t())", i);
@@ -98,6 +131,15 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path) {
     for (std::size_t i = 0; i < layers.size(); ++i) {
       module.register_parameter(fmt::format("w{}", i), layers[i].weight, /*is_buffer=*/false);
       module.register_parameter(fmt::format("b{}", i), layers[i].bias, /*is_buffer=*/false);
+    }
+    for (std::size_t i = 0; i < encoder.size(); ++i) {
+      const std::string name = i < 2 ? fmt::format("conv{}", i) : std::string("enc");
+      module.register_parameter(name + "_w", encoder[i].weight, /*is_buffer=*/false);
+      module.register_parameter(name + "_b", encoder[i].bias, /*is_buffer=*/false);
+    }
+    if (normalize) {
+      module.register_buffer("obs_mean", torch::tensor(normalize->mean, torch::kFloat32));
+      module.register_buffer("obs_std", torch::tensor(normalize->std, torch::kFloat32));
     }
     if (!action.is_discrete()) {
       module.register_buffer("low", torch::tensor(action.low, torch::kFloat32));

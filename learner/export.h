@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "common/running_stats.h"
 #include "common/status.h"
 #include "learner/policy.h"
 
@@ -16,8 +17,15 @@ namespace farm {
 //   box:      float32 [B, action_shape...], the actor's mean clamped to the
 //             space's bounds (registered as buffers "low" and "high").
 // The actor's layers are parameters w0, b0, w1, b1, ... (copied to the CPU as
-// float32), applied as tanh(x @ w.T + b) with no tanh after the last layer;
-// the critic is not exported.
-Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path);
+// float32), applied as tanh(x @ w.T + b) with no tanh after the last layer.
+// With the cnn encoder they are preceded by the encoder's, conv0_w, conv0_b,
+// conv1_w, conv1_b (3x3, strides 1 and 2, padding 1, ReLU), then a flatten and
+// enc_w, enc_b (ReLU). The critic (and with it any global state) is not
+// exported: the module acts on an agent's own observation.
+// With `normalize` (a run with env.normalize_obs), forward first applies it to
+// the raw observation, as the workers do: clamp((obs - obs_mean) / obs_std,
+// -clip, clip), with buffers "obs_mean" and "obs_std" (float32, one entry per
+// observation element), so that raw observations go in and actions come out.
+Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const ObsTransform* normalize = nullptr);
 
 }  // namespace farm

@@ -8,15 +8,22 @@
 #include "learner/learner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -27,13 +34,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/channel.h"
+#include "common/curve.h"
 #include "common/resources.h"
+#include "common/running_stats.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "common/tensorboard.h"
 #include "learner/amp.h"
 #include "learner/batcher.h"
 #include "learner/checkpoint.h"
+#include "learner/cuda_graph.h"
 #include "learner/device.h"
 #include "learner/metrics.h"
 #include "learner/policy.h"
@@ -83,16 +93,53 @@ struct TrainJob {
   int64_t version = 0;  // version of the policy being trained
   bool checkpoint = false;
   TrainingCounters counters;
+  RunState state;  // with `checkpoint`: taken at hand-off; the trainer adds its generator's after the update
 };
+
+// How often sanitize mode may warn about one worker's non-finite values.
+constexpr std::chrono::seconds kNonFiniteWarnInterval{10};
 
 struct WorkerState {
   std::string identity;
-  int group_size = 0;
+  int group_size = 0;  // rows per group: envs x agents (Hello.num_agents); each row is an agent's transition
+  int group_envs = 0;  // envs per group (what env_steps counts)
   std::vector<int> store_group;     // per worker group: group id in the store
   std::vector<uint64_t> next_seq;   // per worker group: expected seq
   std::vector<uint8_t> acted;       // per worker group: actions sent, results not yet received
   std::chrono::steady_clock::time_point last_seen;  // any message from it
+  // learner.non_finite: sanitize: values replaced since the last warning, and when that was.
+  int64_t non_finite_unreported = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_non_finite_warning;
 };
+
+// "a.b: value" for every leaf of a YAML mapping (the dumped config), in order.
+void FlattenYaml(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>* out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      FlattenYaml(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  (*out)[prefix] = e.c_str();
+}
+
+// The keys whose values differ between two dumped configs, as "key: before -> after".
+std::vector<std::string> ConfigChanges(const std::string& before, const std::string& after) {
+  std::map<std::string, std::string> a, b;
+  FlattenYaml(YAML::Load(before), "", &a);
+  FlattenYaml(YAML::Load(after), "", &b);
+  std::vector<std::string> out;
+  for (const auto& [key, value] : b) {
+    if (key == "run_dir" || key == "learner.resume") continue;  // what resuming itself sets
+    auto it = a.find(key);
+    const std::string old = it == a.end() ? std::string("(absent)") : it->second;
+    if (old != value) out.push_back(fmt::format("{}: {} -> {}", key, old, value));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -132,6 +179,12 @@ struct Learner::Impl {
   void WarmUp();
   void CheckWorkers();
   Status Resume();
+  Status InitNormalizerFrom(const FarmConfig& saved, const std::string& checkpoint);
+  Status MergeStatsDelta(const wire::NormalizerStats& delta);
+  void FillNormalizer(wire::NormalizerStats* out) const;
+  RunState CaptureRunState();
+  bool AdmitNonFinite(WorkerState& ws, Work& w);
+  double Wall() const;
   void RemoveWorker(const std::string& identity, const std::string& why);
 
   FarmConfig config;
@@ -142,9 +195,11 @@ struct Learner::Impl {
   std::unique_ptr<TensorBoardWriter> tensorboard;
 
   zmq::context_t ctx{1};
+  std::unique_ptr<ZapAuthenticator> zap;  // with transport.curve: admits the listed workers (before ctx ends)
   zmq::socket_t router;       // I/O thread only (after Create)
   zmq::socket_t reply_pull;   // I/O thread only
   zmq::socket_t reply_push;   // inference thread only
+  zmq::socket_t router_events;  // I/O thread only: the ROUTER's closed connections (zmq_socket_monitor)
   std::string reply_endpoint;
 
   DynamicBatcher<Work> batcher;
@@ -155,13 +210,21 @@ struct Learner::Impl {
 
   // ---- inference-thread state ----
   const bool recording = config.learner.train && !config.learner.random_actions;
+  // env.normalize_obs / normalize_reward: the workers normalise; the learner merges their deltas into the run's
+  // statistics (a few per rollout), sends them back, checkpoints them. Frozen (workers only use them) unless recording.
+  const NormalizerOptions normalization = NormalizerOptions::FromConfig(config);
+  RunningMoments norm_obs, norm_ret;
   torch::Generator random_gen = at::make_generator<at::CPUGeneratorImpl>(config.seed);
   std::unordered_map<std::string, WorkerState> workers;
   std::optional<Space> obs_space;
   std::optional<Space> action_space;
+  std::optional<Space> state_space;  // the run's global state (every worker's Hello declares the same, or none)
+  uint32_t num_agents = 1;           // agents per env, the same for every worker
+  bool use_state = false;            // the policy's critic reads the global state (acting->has_global_state())
   std::string env_name;
   int total_groups = 0;
   ActorCritic acting{nullptr};    // the policy that answers requests
+  std::unique_ptr<GraphedActor> graphed;  // learner.cuda_graphs: replays `acting`'s forward
   ActorCritic training{nullptr};  // trained by the trainer thread (shared with it by handing jobs)
   std::unique_ptr<PpoTrainer> trainer;
   std::unique_ptr<TrajectoryStore> store;
@@ -171,16 +234,20 @@ struct Learner::Impl {
   std::string stop_reason;
   int64_t version = 0;  // policy version of `acting`
   int64_t updates = 0;
-  int64_t env_steps = 0;
+  int64_t env_steps = 0;  // env steps; a multi-agent env's step is num_agents agent rows (agent steps)
   EpisodeWindow window{100};
   std::optional<int64_t> solved_at_steps;
   std::optional<double> solved_at_seconds;
+  std::optional<double> solved_at_unix;
+  double wall_offset = 0;  // wall seconds of the run before this process (--resume)
   LagStats last_lag;
   PpoStats last_stats;
   Clock::time_point start = Clock::now();
   double start_unix = UnixNow();
   torch::Tensor batch_obs;  // preallocated, grown as needed
+  torch::Tensor batch_state;  // the same for global states (use_state)
   std::vector<int64_t> obs_shape;
+  std::vector<int64_t> state_shape;
   std::string scratch;
   MetricsWriter metrics;
   ProgressLine progress;
@@ -194,6 +261,9 @@ struct Learner::Impl {
   Clock::time_point last_worker_check = Clock::now();
   int64_t errors = 0;                 // answered by the inference thread
   std::atomic<int64_t> io_errors{0};  // answered by the I/O thread (undecodable, unexpected type)
+  int64_t non_finite_rejected = 0;    // requests refused for NaN/Inf (learner.non_finite: reject; also in errors)
+  int64_t non_finite_sanitized = 0;   // values replaced by 0 (learner.non_finite: sanitize)
+  std::atomic<int64_t> connections_closed{0};  // seen by the I/O thread's monitor
 };
 
 Learner::Learner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -233,7 +303,16 @@ Status Learner::Impl::Init() {
   if (auto s = ResolveDevice(config.learner.device, &device); !s.ok()) return s;
   if (auto s = ParsePrecision(config.learner.precision, &precision); !s.ok()) return s;
   if (auto s = CheckPrecision(precision, device); !s.ok()) return s;
-  torch::set_num_threads(config.learner.threads);
+  if (config.learner.cuda_graphs && !config.learner.random_actions) {
+    if (!BuiltWithCuda())
+      return Status::InvalidArgument("learner.cuda_graphs: this build's LibTorch has no CUDA (Debian's LibTorch is "
+                                     "CPU-only); set learner.cuda_graphs to false, or build against a CUDA LibTorch");
+    if (!device.is_cuda())
+      return Status::InvalidArgument(fmt::format("learner.cuda_graphs: CUDA graphs need a CUDA device, but "
+                                                 "learner.device '{}' resolved to {}; set learner.cuda_graphs to false",
+                                                 config.learner.device, device.str()));
+  }
+  SetCpuThreads(config.learner.threads);  // LibTorch and OpenBLAS (learner/device.h)
   if (device.is_cuda()) {
     // fp32 matmuls may use TF32 tensor cores; convolutions pick their fastest algorithm.
     at::globalContext().setAllowTF32CuBLAS(true);
@@ -242,7 +321,20 @@ Status Learner::Impl::Init() {
   }
   torch::manual_seed(config.seed);
 
+  // Transport security first: a learner that may not bind leaves no run directory behind.
+  if (auto s = CheckBindPolicy(config.transport); !s.ok()) return s;
+  std::unique_ptr<CurveServerKeys> curve;  // null without transport.curve
+  if (auto s = LoadCurveServerKeys(config.transport, &curve); !s.ok()) return s;
+
   run_dir = config.run_dir.empty() ? fmt::format("runs/{}-{}", config.name, Timestamp()) : config.run_dir;
+  if (config.learner.resume) {
+    // Checked now rather than at the first worker's Hello: a run that cannot resume should not start.
+    std::string latest;
+    std::vector<std::string> skipped;
+    if (auto s = FindLatestValidCheckpoint(run_dir + "/checkpoints", &latest, &skipped); !s.ok())
+      return Status::NotFound(fmt::format("learner.resume: nothing to resume in run_dir '{}': {}{}", run_dir,
+                                          s.message(), skipped.empty() ? "" : " (" + skipped.front() + ")"));
+  }
   std::error_code ec;
   std::filesystem::create_directories(run_dir + "/checkpoints", ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
@@ -250,11 +342,27 @@ Status Learner::Impl::Init() {
   if (auto s = metrics.Open(run_dir + "/metrics.jsonl"); !s.ok()) return s;
   if (auto s = TensorBoardWriter::Open(run_dir + "/tb", &tensorboard); !s.ok()) return s;
 
+  if (curve) {
+    // The ZAP handler must be bound before the router: libzmq admits every CURVE client while none is.
+    if (auto s = ZapAuthenticator::Start(ctx, curve->authorized, &zap); !s.ok()) return s;
+    spdlog::info("CURVE on: worker keys authorized: {}; the learner's public key: {}", curve->authorized.size(),
+                 curve->own.public_key);
+  } else if (!IsLoopbackEndpoint(config.transport.bind)) {
+    spdlog::warn("transport.insecure: {} admits any worker, unencrypted", config.transport.bind);
+  }
   try {
-    router = MakeRouter(ctx, config.transport, &endpoint);
+    router = MakeRouter(ctx, config.transport, &endpoint, curve ? &curve->own : nullptr);
   } catch (const zmq::error_t& e) {
     return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
   }
+  // Connections the ROUTER closes: a worker that left, or one that sent more than transport.max_message_bytes
+  // (ZeroMQ drops such a peer rather than deliver part of a message).
+  const std::string events_endpoint = fmt::format("inproc://farm-router-events-{}", static_cast<const void*>(this));
+  if (zmq_socket_monitor(router.handle(), events_endpoint.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    return Status::IoError(fmt::format("zmq_socket_monitor: {}", zmq_strerror(zmq_errno())));
+  router_events = zmq::socket_t(ctx, zmq::socket_type::pair);
+  router_events.set(zmq::sockopt::linger, 0);
+  router_events.connect(events_endpoint);
   reply_endpoint = fmt::format("inproc://farm-replies-{}", static_cast<const void*>(this));
   reply_pull = zmq::socket_t(ctx, zmq::socket_type::pull);
   reply_pull.set(zmq::sockopt::rcvhwm, 0);
@@ -268,9 +376,31 @@ Status Learner::Impl::Init() {
 
 // ---------------------------------------------------------------- I/O thread
 
+// The address of the peer on a connection's socket, while it is open ("" when it is already gone).
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    return fmt::format("{}:{}", host, ntohs(a->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    return fmt::format("[{}]:{}", host, ntohs(a->sin6_port));
+  }
+  return "";
+}
+
 void Learner::Impl::IoLoop() {
-  zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {reply_pull.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                             {reply_pull.handle(), 0, ZMQ_POLLIN, 0},
+                             {router_events.handle(), 0, ZMQ_POLLIN, 0}};
   std::vector<zmq::message_t> frames;
+  std::unordered_map<int, std::string> peers;  // open connections' descriptors -> peer address
   std::string err_scratch;
   auto send_error = [&](const std::string& identity, const std::string& message) {
     io_errors.fetch_add(1);
@@ -282,7 +412,29 @@ void Learner::Impl::IoLoop() {
   };
   try {
     while (true) {
-      zmq::poll(items, 2, std::chrono::milliseconds(-1));
+      zmq::poll(items, 3, std::chrono::milliseconds(-1));
+      if (items[2].revents & ZMQ_POLLIN) {
+        // A monitor event: 16-bit event and 32-bit value (the descriptor), then the endpoint.
+        frames.clear();
+        if (zmq::recv_multipart(router_events, std::back_inserter(frames), zmq::recv_flags::dontwait) &&
+            frames[0].size() >= 6) {
+          uint16_t event = 0;
+          int32_t fd = -1;
+          std::memcpy(&event, frames[0].data(), sizeof event);
+          std::memcpy(&fd, static_cast<const char*>(frames[0].data()) + sizeof event, sizeof fd);
+          if (event == ZMQ_EVENT_ACCEPTED) {
+            peers[fd] = PeerAddress(fd);
+          } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            const auto it = peers.find(fd);
+            const std::string peer = it == peers.end() || it->second.empty() ? "a peer" : it->second;
+            if (it != peers.end()) peers.erase(it);
+            const int64_t n = connections_closed.fetch_add(1) + 1;
+            spdlog::info("connection from {} closed ({} so far): the worker left, or sent a message over "
+                         "transport.max_message_bytes ({}), which ZeroMQ answers by disconnecting",
+                         peer, n, config.transport.max_message_bytes);
+          }
+        }
+      }
       if (items[0].revents & ZMQ_POLLIN) {
         frames.clear();
         if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) continue;
@@ -305,7 +457,9 @@ void Learner::Impl::IoLoop() {
         } else if (w.msg.has_step()) {
           w.kind = Work::Kind::kStep;
           const auto& shape = w.msg.step().obs().shape();
-          w.rows = shape.empty() ? 0 : shape[0];
+          // The batcher's row count until ValidateStep checks the shape: clamped, so that a bad request
+          // cannot overflow the batcher's sums.
+          w.rows = shape.empty() ? 0 : std::clamp<int64_t>(shape[0], 0, kMaxEnvsPerWorker);
         } else {
           send_error(w.identity, fmt::format("unexpected message type {} (expected Hello, StepRequest or Heartbeat)",
                                              static_cast<int>(w.msg.body_case())));
@@ -335,23 +489,34 @@ void Learner::Impl::IoLoop() {
 
 void Learner::Impl::TrainerLoop() {
   // OpenMP's thread count is a per-thread setting: set it here too, not only on the thread that ran Init.
-  torch::set_num_threads(config.learner.threads);
+  SetCpuThreads(config.learner.threads);  // LibTorch and OpenBLAS (learner/device.h)
+  // On CUDA the update runs on its own stream, so that inference kernels need not queue behind it.
+  ScopedCudaStream stream(device);
   TrainJob job;
   while (jobs.Receive(&job).ok()) {
     auto result = std::make_shared<TrainResult>();
     const auto t0 = Clock::now();
     try {
+      if (device.is_cuda()) {
+        for (auto* t : {&job.rollout.obs, &job.rollout.actions, &job.rollout.logp, &job.rollout.values,
+                        &job.rollout.rewards, &job.rollout.dones, &job.rollout.last_value})
+          *t = t->to(device);
+        if (job.rollout.states.defined()) job.rollout.states = job.rollout.states.to(device);
+      }
       result->stats = trainer->Update(job.rollout, job.progress);
     } catch (const c10::Error& e) {
       spdlog::error("PPO update failed: {}", e.what_without_backtrace());
       result->stats.policy_loss = std::nan("");
     }
+    // The inference thread copies the new weights on its own stream once it hears of this result.
+    stream.Synchronize();
     result->update_seconds = Seconds(Clock::now() - t0);
     result->version = job.version + 1;
     if (job.checkpoint) {
       job.counters.policy_version = result->version;
+      job.state.rng[kRngTrainer] = GeneratorState(trainer->generator());  // as the next update will find it
       if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters, nullptr,
-                                  &trainer->scaler(), config.learner.keep_checkpoints);
+                                  &trainer->scaler(), config.learner.keep_checkpoints, &job.state);
           !s.ok())
         spdlog::error("checkpoint: {}", s.message());
     }
@@ -394,23 +559,28 @@ void Learner::Impl::OnHello(Work& w) {
     welcome->set_error(why);
     Reply(w.identity, reply);
   };
-  if (h.protocol_version() != kProtocolVersion)
-    return refuse(fmt::format("protocol version {} is not supported (expected {})", h.protocol_version(),
-                              kProtocolVersion));
+  Handshake hs;
+  if (auto s = CheckHello(h, &hs); !s.ok()) return refuse(s.message());
+  if (auto s = NormalizerOptions::CheckMatches(h.normalization(), normalization); !s.ok()) return refuse(s.message());
+  // A message over the limit would not be refused but lost (ZeroMQ drops the connection): refuse the layout.
+  if (const int64_t largest = MaxSessionMessageBytes(hs.group_rows, hs.observation, hs.action, hs.global_state) +
+                              (normalization.any() ? MaxNormalizerStatsBytes(hs.observation.numel()) : 0);
+      largest > config.transport.max_message_bytes)
+    return refuse(fmt::format("{} envs per group with observation {} may need {}-byte messages, more than the "
+                              "learner's transport.max_message_bytes ({}); raise it, or use more env.num_groups",
+                              hs.group_size, hs.observation.ToString(), largest,
+                              config.transport.max_message_bytes));
   if (workers.count(w.identity)) return refuse("this worker id already said hello");
   if (stopping) return refuse("the learner is stopping");
-  if (h.num_groups() == 0 || h.num_envs() == 0 || h.num_envs() % h.num_groups() != 0)
-    return refuse(fmt::format("num_envs ({}) must be a positive multiple of num_groups ({})", h.num_envs(),
-                              h.num_groups()));
-  Space obs, act;
-  if (auto s = FromWire(h.observation(), &obs); !s.ok()) return refuse("observation space: " + s.message());
-  if (auto s = FromWire(h.action(), &act); !s.ok()) return refuse("action space: " + s.message());
-  if (obs.is_discrete() || obs.dtype != DType::kFloat32)
-    return refuse("observation space must be a float32 box, got " + obs.ToString());
-  if (!act.is_discrete() && act.dtype != DType::kFloat32)
-    return refuse("action space must be discrete or a float32 box, got " + act.ToString());
+  const Space& obs = hs.observation;
+  const Space& act = hs.action;
   if (!obs_space) {
+    norm_obs.Reset(normalization.obs ? obs.numel() : 0);
+    norm_ret.Reset(normalization.reward ? 1 : 0);
     std::vector<int> hidden = config.ppo.hidden_sizes;
+    PolicyOptions options;  // MAPPO: the critic reads the env's global state whenever it has one
+    if (auto s = ParseEncoder(config.ppo.encoder, &options.encoder); !s.ok()) return refuse("ppo." + s.message());
+    options.global_state = hs.global_state;
     ActorCritic initial{nullptr};
     if (!config.learner.init_from.empty()) {
       FarmConfig saved;
@@ -422,25 +592,63 @@ void Learner::Impl::OnHello(Work& w) {
                                   "has {} and {}",
                                   config.learner.init_from, initial->observation_space().ToString(),
                                   initial->action_space().ToString(), obs.ToString(), act.ToString()));
-      hidden = saved.ppo.hidden_sizes;
-      spdlog::info("starting from {}", path);
+      if (auto s = InitNormalizerFrom(saved, path); !s.ok()) return refuse("learner.init_from: " + s.message());
+      // The saved architecture: widths, encoder and critic input. A critic on the observation serves (or
+      // fine-tunes) an env with a state too, the state checked but unused; a critic on a state needs that state.
+      const auto& saved_state = initial->options().global_state;
+      if (saved_state && saved_state != hs.global_state)
+        return refuse(fmt::format("learner.init_from: the policy in {} has a critic on the global state {}, but this "
+                                  "worker's env has {}",
+                                  config.learner.init_from, saved_state->ToString(),
+                                  hs.global_state ? "global state " + hs.global_state->ToString()
+                                                  : std::string("no global state")));
+      hidden = initial->hidden_sizes();
+      options = initial->options();
+      spdlog::info("starting from {} (encoder {}, critic on {})", path, EncoderName(options.encoder),
+                   options.global_state ? "the global state" : "the observation");
+    }
+    try {
+      acting = ActorCritic(obs, act, hidden, options);
+      training = ActorCritic(obs, act, hidden, options);
+    } catch (const std::exception& e) {
+      // The config cannot fit this env (e.g. ppo.encoder cnn on a vector observation): every worker would be.
+      stopping = true;
+      stop_reason = fmt::format("cannot build the policy: {}", e.what());
+      return refuse(stop_reason);
     }
     obs_space = obs;
     action_space = act;
+    state_space = hs.global_state;
+    num_agents = hs.num_agents;
+    use_state = options.global_state.has_value();
     env_name = h.env_name();
     obs_shape = obs.shape;
-    acting = ActorCritic(obs, act, hidden);
-    training = ActorCritic(obs, act, hidden);
+    if (use_state) state_shape = options.global_state->shape;
     if (initial) training->CopyFrom(*initial);
     acting->CopyFrom(*training);
     acting->to(device);
     training->to(device);
     acting->eval();
-    if (auto s = WriteFileAtomic(run_dir + "/policy_spec.json", PolicySpecJson(obs, act, hidden));
+    if (config.learner.cuda_graphs && !config.learner.random_actions) {
+      if (auto s = GraphedActor::Create(acting, device, precision, obs_shape, config.learner.deterministic, &graphed,
+                                        state_shape);
+          !s.ok()) {
+        stopping = true;
+        stop_reason = s.message();
+        return refuse(s.message());
+      }
+    }
+    if (auto s = WriteFileAtomic(run_dir + "/policy_spec.json", PolicySpecJson(obs, act, hidden, options));
         !s.ok())
       spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
     WarmUp();
-    trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed, precision);
+    try {
+      trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed, precision);
+    } catch (const std::invalid_argument& e) {  // ppo.fused_update on for a policy it cannot train
+      stopping = true;
+      stop_reason = e.what();
+      return refuse(stop_reason);
+    }
     if (config.learner.resume) {
       if (auto s = Resume(); !s.ok()) {
         spdlog::error("resume: {}", s.message());
@@ -452,17 +660,28 @@ void Learner::Impl::OnHello(Work& w) {
       acting->CopyFrom(*training);
     }
     store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(),
-                                              act.is_discrete() ? 0 : act.numel());
-    spdlog::info("env {}: observation {}, action {}; policy on {}", env_name, obs.ToString(), act.ToString(),
-                 device.str());
+                                              act.is_discrete() ? 0 : act.numel(),
+                                              use_state ? options.global_state->numel() : 0);
+    spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder "
+                 "{}, critic on {})",
+                 env_name, obs.ToString(), act.ToString(), num_agents,
+                 state_space ? state_space->ToString() : std::string("none"), device.str(),
+                 EncoderName(options.encoder), use_state ? "the global state" : "the observation");
   } else if (h.env_name() != env_name || obs != *obs_space || act != *action_space) {
     return refuse(fmt::format("env {} with observation {} and action {} does not match this run's {} ({}, {})",
                               h.env_name(), obs.ToString(), act.ToString(), env_name, obs_space->ToString(),
                               action_space->ToString()));
+  } else if (hs.num_agents != num_agents || hs.global_state != state_space) {
+    return refuse(fmt::format("env {} has {} agent(s) per env and global state {}, but this run's workers have {} and "
+                              "{}",
+                              h.env_name(), hs.num_agents,
+                              hs.global_state ? hs.global_state->ToString() : std::string("none"), num_agents,
+                              state_space ? state_space->ToString() : std::string("none")));
   }
   WorkerState ws;
   ws.identity = w.identity;
-  ws.group_size = static_cast<int>(h.num_envs() / h.num_groups());
+  ws.group_size = static_cast<int>(hs.group_rows);  // a multi-agent env's agents are rows of their own
+  ws.group_envs = static_cast<int>(hs.group_size);
   for (uint32_t g = 0; g < h.num_groups(); ++g) ws.store_group.push_back(store->AddGroup(ws.group_size));
   ws.next_seq.assign(h.num_groups(), 0);
   ws.acted.assign(h.num_groups(), 0);
@@ -471,39 +690,20 @@ void Learner::Impl::OnHello(Work& w) {
   workers.emplace(w.identity, std::move(ws));
   welcome->set_accepted(true);
   welcome->set_policy_version(static_cast<uint64_t>(version));
+  if (normalization.any()) FillNormalizer(welcome->mutable_normalizer());  // a rejoin, a resume, a served policy
   Reply(w.identity, reply);
-  spdlog::info("worker {} joined: {} envs in {} groups ({} workers, {} envs)", w.identity, h.num_envs(),
+  spdlog::info("worker {} joined: {} envs in {} groups ({} workers, {} agent rows)", w.identity, h.num_envs(),
                h.num_groups(), workers.size(), store->num_envs());
   if (static_cast<int>(workers.size()) == config.learner.min_workers) ReleaseParked();
 }
 
+// The checks themselves need no LibTorch (common/wire.h), so tests/fuzz feeds them arbitrary bytes.
 Status Learner::Impl::ValidateStep(const WorkerState& ws, const wire::StepRequest& req) const {
-  if (req.group() >= ws.store_group.size())
-    return Status::Protocol(fmt::format("group {} out of range (worker has {} groups)", req.group(),
-                                        ws.store_group.size()));
-  const uint64_t expected = ws.next_seq[req.group()];
-  if (req.seq() != expected)
-    return Status::Protocol(fmt::format("group {}: seq {} out of order (expected {})", req.group(), req.seq(),
-                                        expected));
-  if (req.first() != (req.seq() == 0))
-    return Status::Protocol(fmt::format("group {}: 'first' must be set exactly on seq 0", req.group()));
-  const int64_t n = ws.group_size;
-  std::vector<int64_t> shape{n};
-  shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
-  if (auto s = CheckTensor(req.obs(), DType::kFloat32, shape, "StepRequest.obs"); !s.ok()) return s;
-  if (req.first()) return Status::Ok();
-  if (auto s = CheckTensor(req.reward(), DType::kFloat32, {n}, "StepRequest.reward"); !s.ok()) return s;
-  if (static_cast<int64_t>(req.terminated().size()) != n || static_cast<int64_t>(req.truncated().size()) != n)
-    return Status::Protocol(fmt::format("terminated/truncated: expected {} bytes each, got {}/{}", n,
-                                        req.terminated().size(), req.truncated().size()));
-  const int64_t k = req.final_obs_index_size();
-  if (k > 0) {
-    shape[0] = k;
-    if (auto s = CheckTensor(req.final_obs(), DType::kFloat32, shape, "StepRequest.final_obs"); !s.ok()) return s;
-    for (int32_t i : req.final_obs_index())
-      if (i < 0 || i >= n) return Status::Protocol(fmt::format("final_obs_index {} out of range [0, {})", i, n));
-  }
-  return Status::Ok();
+  if (auto s = CheckStepRequest(req, ws.group_size, obs_shape, ws.next_seq); !s.ok()) return s;
+  if (auto s = CheckStepGlobalState(req, ws.group_size, state_space ? &state_space->shape : nullptr); !s.ok())
+    return s;
+  // The centralised critic runs once per env: its rows must share one state (as the protocol says they do).
+  return state_space ? CheckStepStatePerEnv(req, num_agents) : Status::Ok();
 }
 
 void Learner::Impl::ConsumeOutcome(WorkerState& ws, const wire::StepRequest& req) {
@@ -512,12 +712,13 @@ void Learner::Impl::ConsumeOutcome(WorkerState& ws, const wire::StepRequest& req
                          reinterpret_cast<const uint8_t*>(req.terminated().data()),
                          reinterpret_cast<const uint8_t*>(req.truncated().data()));
   }
-  env_steps += ws.group_size;
-  interval_steps += ws.group_size;
+  env_steps += ws.group_envs;  // env steps, not agent rows: what users compare (agent_steps = env_steps x agents)
+  interval_steps += ws.group_envs;
   for (const auto& ep : req.episodes()) window.Add(ep.episode_return(), ep.length());
   if (!solved_at_steps && config.target_return && window.full() && window.mean_return() >= *config.target_return) {
     solved_at_steps = env_steps;
-    solved_at_seconds = Seconds(Clock::now() - start);
+    solved_at_seconds = Wall();
+    solved_at_unix = UnixNow();
     spdlog::info("target {} reached: mean return {:.1f} over 100 episodes at {} steps, {:.1f} s",
                  *config.target_return, window.mean_return(), env_steps, *solved_at_seconds);
   }
@@ -578,16 +779,49 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
       dst += w->msg.step().final_obs_index_size() * obs_numel;
     }
   }
+  // The critic's global states in the same order: each request's, then the final ones. An env's rows share
+  // one state (CheckStepStatePerEnv), so the critic gets one per env, the first row of its run of num_agents
+  // rows (the CUDA graphs, whose buckets are powers of two, take one per row).
+  torch::Tensor state;
+  if (use_state) {
+    const int64_t state_numel = state_space->numel();
+    const int64_t per = graphed ? 1 : num_agents;
+    const int64_t state_rows = rows / per;  // requests and final_obs_index hold whole envs
+    if (!batch_state.defined() || batch_state.size(0) < state_rows) {
+      auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+      batch_state = torch::empty({std::max<int64_t>(state_rows, config.batcher.max_rows / per), state_numel}, opts);
+      if (device.is_cuda()) batch_state = batch_state.pin_memory();
+    }
+    float* sdst = batch_state.data_ptr<float>();
+    const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(state_numel);
+    auto copy_runs = [&](const std::string& bytes, int64_t n) {
+      for (int64_t r = 0; r < n; r += per, sdst += state_numel)
+        std::memcpy(sdst, bytes.data() + r * row_bytes, row_bytes);
+    };
+    for (Work* w : steps) copy_runs(w->msg.step().global_state().data(), w->rows);
+    for (Work* w : steps) copy_runs(w->msg.step().final_global_state().data(), w->msg.step().final_obs_index_size());
+    std::vector<int64_t> sshape{state_rows};
+    sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
+    state = batch_state.narrow(0, 0, state_rows).view(sshape);
+  }
 
   {
     c10::InferenceMode guard;
-    // Per batch, not per thread: the cast cache must not outlive a weight update.
-    AutocastGuard autocast(device, precision);
     torch::Tensor obs = batch_obs.narrow(0, 0, rows);
-    if (device.is_cuda()) obs = obs.to(device, /*non_blocking=*/true);
     std::vector<int64_t> shape{rows};
     shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
-    ActOutput out = acting->Act(obs.view(shape), config.learner.deterministic);
+    ActOutput out;
+    if (graphed) {
+      out = graphed->Act(obs.view(shape), state);  // copies the pinned rows in itself
+    } else {
+      // Per batch, not per thread: the cast cache must not outlive a weight update.
+      AutocastGuard autocast(device, precision);
+      if (device.is_cuda()) {
+        obs = obs.to(device, /*non_blocking=*/true);
+        if (state.defined()) state = state.to(device, /*non_blocking=*/true);
+      }
+      out = acting->Act(obs.view(shape), state, config.learner.deterministic);
+    }
     *action = out.action.to(torch::kCPU).contiguous();
     *logp = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
     *value = out.value.to(torch::kCPU, torch::kFloat32).contiguous();
@@ -613,7 +847,8 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const torch::Tensor& acti
     WorkerState& ws = workers.at(w->identity);
     const auto& req = w->msg.step();
     const int g = ws.store_group[req.group()];
-    // Truncated envs: add gamma * V(final obs) to the reward of their last step.
+    // Truncated envs: add gamma * V(final obs) (V(final global state) for a centralised critic) to the reward
+    // of their last step.
     for (int32_t i : req.final_obs_index()) {
       if (recording && config.ppo.bootstrap_truncated && w->kind == Work::Kind::kStep)
         store->AddReward(g, i, static_cast<float>(config.ppo.gamma) * value_ptr[final_row]);
@@ -629,12 +864,19 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const torch::Tensor& acti
     } else {
       if (recording)
         store->RecordStep(g, reinterpret_cast<const float*>(req.obs().data().data()),
-                          act_ptr + row * action_numel * action_bytes, logp_ptr + row, value_ptr + row, version);
+                          act_ptr + row * action_numel * action_bytes, logp_ptr + row, value_ptr + row, version,
+                          use_state ? reinterpret_cast<const float*>(req.global_state().data().data()) : nullptr);
       ws.acted[req.group()] = 1;
       auto* a = reply.mutable_action();
       a->set_group(req.group());
       a->set_seq(req.seq());
       a->set_policy_version(static_cast<uint64_t>(version));
+      // A request that brought a statistics delta gets the merged statistics back (about once per rollout).
+      if (req.has_stats_delta() && normalization.any()) {
+        FillNormalizer(a->mutable_normalizer());
+      } else {
+        a->clear_normalizer();
+      }
       std::vector<int64_t> shape{w->rows};
       if (!action_space->is_discrete()) shape.insert(shape.end(), action_space->shape.begin(), action_space->shape.end());
       SetTensor(a->mutable_action(), action_space->is_discrete() ? DType::kInt64 : DType::kFloat32, shape,
@@ -704,6 +946,13 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
                      &req);
           break;
         }
+        if (req.has_stats_delta()) {
+          if (auto s = MergeStatsDelta(req.stats_delta()); !s.ok()) {
+            ReplyError(w.identity, s.message(), &req);
+            break;
+          }
+        }
+        if (!AdmitNonFinite(it->second, w)) break;
         it->second.acted[req.group()] = 0;
         ++it->second.next_seq[req.group()];
         if (!req.first()) ConsumeOutcome(it->second, req);
@@ -726,18 +975,14 @@ void Learner::Impl::MaybeHandOff() {
   if (!store || !store->all_full() || trainer_busy || stopping) return;
   TrainJob job;
   LagStats lag;
-  job.rollout = store->Take(obs_shape, version, &lag);
+  job.rollout = store->Take(obs_shape, version, &lag, state_shape);
+  job.rollout.rows_per_state = use_state ? num_agents : 1;  // an env's agent rows are contiguous columns
   last_lag = lag;
   job.progress = std::min(1.0, static_cast<double>(env_steps) / static_cast<double>(config.total_env_steps));
   job.version = version;
   job.checkpoint = config.learner.checkpoint_every > 0 && (updates + 1) % config.learner.checkpoint_every == 0;
-  job.counters = TrainingCounters{env_steps, updates + 1, version + 1, window.total_episodes(),
-                                  Seconds(Clock::now() - start)};
-  if (device.is_cuda()) {
-    for (auto* t : {&job.rollout.obs, &job.rollout.actions, &job.rollout.logp, &job.rollout.values,
-                    &job.rollout.rewards, &job.rollout.dones, &job.rollout.last_value})
-      *t = t->to(device);
-  }
+  job.counters = TrainingCounters{env_steps, updates + 1, version + 1, window.total_episodes(), Wall()};
+  if (job.checkpoint) job.state = CaptureRunState();
   trainer_busy = true;
   if (!jobs.Send(std::move(job)).ok()) return;
   // async: keep acting with the current snapshot while the trainer works.
@@ -759,11 +1004,15 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   {
     torch::NoGradGuard no_grad;
     acting->CopyFrom(*training);
+    // The trainer may start its next update (on its own stream) as soon as the next hand-off: the copies
+    // must have read `training` by then.
+    SynchronizeCurrentStream(device);
   }
   version = r.version;
-  const double wall = Seconds(Clock::now() - start);
+  const double wall = Wall();
   nlohmann::json row = {
       {"env_steps", env_steps},
+      {"agent_steps", env_steps * num_agents},
       {"wall_seconds", wall},
       {"sps", wall > 0 ? static_cast<double>(env_steps) / wall : 0.0},
       {"episodes", window.total_episodes()},
@@ -782,12 +1031,15 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
       {"time_serve_seconds", serve_s},
       {"time_update_seconds", update_s},
       {"rss_mb", CurrentRssMb()},
+      {"protocol_errors", errors + io_errors.load()},
+      {"non_finite_rejected", non_finite_rejected},
+      {"non_finite_sanitized", non_finite_sanitized},
   };
   for (const auto& [k, v] : r.stats.Items()) row[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   metrics.Write(row);
   std::vector<std::pair<std::string, double>> scalars;
   for (const auto& [k, v] : row.items())
-    if (v.is_number() && k != "env_steps") scalars.emplace_back(k, v.get<double>());
+    if (v.is_number() && k != "env_steps" && k != "agent_steps") scalars.emplace_back(k, v.get<double>());
   tensorboard->AddScalars(scalars, env_steps, UnixNow());
   if (!std::isfinite(r.stats.policy_loss)) {
     stopping = true;
@@ -821,7 +1073,9 @@ void Learner::Impl::CheckStop() {
 }
 
 // Continues run_dir: the latest checkpoint's policy, optimizer, loss-scaler
-// state and counters (env steps, updates, policy version).
+// state, counters (env steps, updates, policy version, episodes, wall time)
+// and run state (random generators, episode window, when the target was
+// reached). What an older checkpoint lacks starts afresh, with a warning.
 Status Learner::Impl::Resume() {
   const std::string dir = run_dir + "/checkpoints";
   std::string path;
@@ -830,13 +1084,177 @@ Status Learner::Impl::Resume() {
   for (const auto& why : skipped) spdlog::warn("resume: skipping {}; using an older checkpoint", why);
   if (!found.ok()) return found;
   TrainingCounters c;
-  if (auto s = LoadCheckpoint(path, training, &trainer->optimizer(), &c, &trainer->scaler()); !s.ok()) return s;
+  RunState state;
+  if (auto s = LoadCheckpoint(path, training, &trainer->optimizer(), &c, &trainer->scaler(), &state); !s.ok())
+    return s;
   env_steps = c.env_steps;
   updates = c.updates;
   version = c.policy_version;
-  spdlog::info("resumed {}: {} env steps, {} updates, policy version {}", path, env_steps, updates,
-               version);
+  wall_offset = c.wall_seconds;
+  window.Restore(state.episode_returns, state.episode_lengths, c.episodes);
+  solved_at_steps = state.solved_at_steps;
+  solved_at_seconds = state.solved_at_seconds;
+  solved_at_unix = state.solved_at_unix;
+  if (!state.has_normalizer && normalization.any())
+    spdlog::warn("resume: {} holds no normaliser statistics (written before checkpoints stored them); they start "
+                 "afresh",
+                 path);
+  if (state.has_normalizer && normalization.any()) {
+    // What the checkpoint's run normalised (its config may have differed): restored where the sizes agree.
+    const bool obs_ok = !normalization.obs || state.normalizer_obs.dim() == norm_obs.dim();
+    const bool ret_ok = !normalization.reward || state.normalizer_ret.dim() == norm_ret.dim();
+    if (obs_ok && normalization.obs) norm_obs = state.normalizer_obs;
+    if (ret_ok && normalization.reward) norm_ret = state.normalizer_ret;
+    if (!obs_ok || !ret_ok)
+      spdlog::warn("resume: {} holds no {} statistics (its run did not normalise them); they start afresh", path,
+                   !obs_ok ? "observation" : "return");
+  }
+
+  std::vector<std::string> missing = state.missing;
+  auto restore = [&](const char* name, torch::Generator generator) {
+    const auto it = state.rng.find(name);
+    if (it == state.rng.end()) {
+      if (!state.missing.empty() && state.missing.front().rfind("rng", 0) == 0) return;  // all of rng is missing
+      missing.push_back(fmt::format("rng.{}", name));
+      return;
+    }
+    if (auto s = SetGeneratorState(generator, it->second, name); !s.ok())
+      spdlog::warn("resume: {}; it continues from the seed instead", s.message());
+  };
+  restore(kRngTrainer, trainer->generator());
+  restore(kRngRandomActions, random_gen);
+  restore(kRngTorchCpu, at::detail::getDefaultCPUGenerator());
+#ifdef FARM_WITH_CUDA
+  if (device.is_cuda()) restore(kRngTorchCuda, at::globalContext().defaultGenerator(device));
+#endif
+  if (!missing.empty())
+    spdlog::warn("resume: {} has no {} (written by an older version): {}", path, fmt::join(missing, ", "),
+                 "those start afresh (generators from the seed, an empty window)");
+  if (!state.config_yaml.empty()) {
+    try {
+      const auto changes = ConfigChanges(state.config_yaml, DumpConfig(config));
+      if (!changes.empty())
+        spdlog::info("resume: config keys changed since the checkpoint: {}", fmt::join(changes, "; "));
+    } catch (const YAML::Exception& e) {
+      spdlog::warn("resume: {}: the stored config is not valid YAML ({}); not compared", path, e.what());
+    }
+  }
+  spdlog::info("resumed {}: {} env steps, {} updates, policy version {}, {} episodes (window of {}, mean return "
+               "{}), {:.1f} s of wall time before",
+               path, env_steps, updates, version, window.total_episodes(), window.count(),
+               window.empty() ? std::string("-") : fmt::format("{:.2f}", window.mean_return()), wall_offset);
   return Status::Ok();
+}
+
+// Everything but weights, optimizer and counters that a checkpoint needs to continue exactly (the trainer's
+// generator is added by whoever owns the trainer at that moment).
+RunState Learner::Impl::CaptureRunState() {
+  RunState s;
+  s.rng[kRngRandomActions] = GeneratorState(random_gen);
+  torch::Generator cpu = at::detail::getDefaultCPUGenerator();
+  s.rng[kRngTorchCpu] = GeneratorState(cpu);
+#ifdef FARM_WITH_CUDA
+  if (device.is_cuda()) {
+    torch::Generator cuda = at::globalContext().defaultGenerator(device);
+    s.rng[kRngTorchCuda] = GeneratorState(cuda);
+  }
+#endif
+  s.has_episode_window = true;
+  s.episode_returns = window.returns();
+  s.episode_lengths = window.lengths();
+  s.solved_at_steps = solved_at_steps;
+  s.solved_at_seconds = solved_at_seconds;
+  s.solved_at_unix = solved_at_unix;
+  s.config_yaml = DumpConfig(config);
+  s.has_normalizer = true;  // empty moments when normalisation is off
+  s.normalizer_obs = norm_obs;
+  s.normalizer_ret = norm_ret;
+  return s;
+}
+
+// learner.init_from: the statistics the policy was trained with. A policy trained on normalised observations
+// needs them (and a run that normalises needs a policy trained so); return statistics start afresh when absent.
+Status Learner::Impl::InitNormalizerFrom(const FarmConfig& saved, const std::string& checkpoint) {
+  if (saved.env.normalize_obs != config.env.normalize_obs)
+    return Status::InvalidArgument(fmt::format(
+        "the policy in {} was trained with env.normalize_obs {}, but this run has {}: it would see observations "
+        "unlike those it learned from",
+        config.learner.init_from, saved.env.normalize_obs, config.env.normalize_obs));
+  if (!normalization.any()) return Status::Ok();
+  RunningMoments obs, ret;
+  if (auto s = ReadCheckpointNormalizer(checkpoint, &obs, &ret); !s.ok()) {
+    if (s.code() != Status::Code::kNotFound || normalization.obs) return s;
+    return Status::Ok();
+  }
+  if (normalization.obs) {
+    if (obs.dim() != norm_obs.dim())
+      return Status::InvalidArgument(fmt::format("{}: normalizer.obs has {} elements, the observation {}", checkpoint,
+                                                 obs.dim(), norm_obs.dim()));
+    norm_obs = std::move(obs);
+  }
+  if (normalization.reward && ret.dim() == 1) norm_ret = std::move(ret);
+  spdlog::info("normaliser statistics from {}: {} observations, {} returns{}", checkpoint, norm_obs.count(),
+               norm_ret.count(), recording ? "" : " (frozen)");
+  return Status::Ok();
+}
+
+// A worker's StepRequest.stats_delta: checked, then merged into the run's statistics (unless frozen). A few
+// hundred numbers per worker and rollout: no per-row work.
+Status Learner::Impl::MergeStatsDelta(const wire::NormalizerStats& delta) {
+  RunningMoments obs, ret;
+  if (auto s = CheckNormalizerStats(delta, normalization.obs, norm_obs.dim(), normalization.reward,
+                                    "StepRequest.stats_delta", &obs, &ret);
+      !s.ok())
+    return s;
+  if (!recording) return Status::Ok();  // frozen: serving a trained policy's statistics as they are
+  norm_obs.Merge(obs);
+  norm_ret.Merge(ret);
+  return Status::Ok();
+}
+
+void Learner::Impl::FillNormalizer(wire::NormalizerStats* out) const {
+  out->Clear();
+  if (normalization.obs) ToWire(norm_obs, out->mutable_obs());
+  if (normalization.reward) ToWire(norm_ret, out->mutable_ret());
+  out->set_frozen(!recording);
+}
+
+double Learner::Impl::Wall() const { return wall_offset + Seconds(Clock::now() - start); }
+
+// learner.non_finite for a request that passed ValidateStep: true when it may be recorded and served (all
+// finite, or sanitized); false when it was refused with an Error.
+bool Learner::Impl::AdmitNonFinite(WorkerState& ws, Work& w) {
+  NonFinite first;
+  if (!FindNonFinite(w.msg.step(), &first)) return true;
+  const bool in_state = first.field == "StepRequest.global_state" || first.field == "StepRequest.final_global_state";
+  const std::string where = first.ToString(first.field == "StepRequest.obs" || first.field == "StepRequest.final_obs"
+                                               ? obs_space->numel()
+                                           : in_state && state_space ? state_space->numel()
+                                                                     : 1);
+  if (config.learner.non_finite == "reject") {
+    ++non_finite_rejected;
+    ReplyError(w.identity,
+               fmt::format("worker {}: non-finite value {}; request refused, nothing recorded (learner.non_finite: "
+                           "reject; 'sanitize' would replace such values by 0)",
+                           w.identity, where),
+               &w.msg.step());
+    return false;
+  }
+  const int64_t replaced = SanitizeNonFinite(w.msg.mutable_step());
+  non_finite_sanitized += replaced;
+  ws.non_finite_unreported += replaced;
+  const auto now = Clock::now();
+  if (!ws.last_non_finite_warning || now - *ws.last_non_finite_warning >= kNonFiniteWarnInterval) {
+    spdlog::warn("worker {}: replaced {} non-finite value(s) by 0 {} (this one: {}; learner.non_finite: sanitize)",
+                 w.identity, ws.non_finite_unreported,
+                 ws.last_non_finite_warning
+                     ? fmt::format("in the last {:.0f} s", Seconds(now - *ws.last_non_finite_warning))
+                     : std::string("in its first such request"),
+                 where);
+    ws.non_finite_unreported = 0;
+    ws.last_non_finite_warning = now;
+  }
+  return true;
 }
 
 // Drops workers silent for longer than transport.heartbeat_timeout_s.
@@ -871,13 +1289,28 @@ void Learner::Impl::RemoveWorker(const std::string& identity, const std::string&
 // requests do not pay for allocator growth, kernel selection or lazy init.
 void Learner::Impl::WarmUp() {
   const auto t0 = Clock::now();
-  std::vector<int64_t> shape{config.batcher.max_rows};
+  // As Forward batches them: with a centralised critic, one state per env (per row for the CUDA graphs).
+  const int64_t per = use_state && !graphed ? num_agents : 1;
+  const int64_t rows = std::max<int64_t>(per, config.batcher.max_rows / per * per);
+  std::vector<int64_t> shape{rows};
   shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
   {
     c10::InferenceMode guard;
-    AutocastGuard autocast(device, precision);
-    auto out = acting->Act(torch::zeros(shape, torch::TensorOptions().device(device)));
-    (void)out.action.to(torch::kCPU);
+    torch::Tensor state;
+    if (use_state) {
+      std::vector<int64_t> sshape{rows / per};
+      sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
+      state = torch::zeros(sshape, torch::TensorOptions().device(device));
+    }
+    if (graphed) {
+      // Captures the largest bucket's graph now rather than on the first full batch.
+      auto out = graphed->Act(torch::zeros(shape, torch::TensorOptions().device(device)), state);
+      (void)out.action.to(torch::kCPU);
+    } else {
+      AutocastGuard autocast(device, precision);
+      auto out = acting->Act(torch::zeros(shape, torch::TensorOptions().device(device)), state);
+      (void)out.action.to(torch::kCPU);
+    }
   }
   spdlog::debug("warm-up forward at batch {}: {:.1f} ms", config.batcher.max_rows, 1e3 * Seconds(Clock::now() - t0));
 }
@@ -909,14 +1342,19 @@ void Learner::Impl::ShowProgress(bool force) {
 }
 
 nlohmann::json Learner::Impl::Summary() const {
-  const double wall = Seconds(Clock::now() - start);
+  const double wall = Wall();
   auto opt = [](const auto& o) { return o ? nlohmann::json(*o) : nlohmann::json(nullptr); };
   return nlohmann::json{
       {"env", env_name},
       {"mode", config.mode},
+      // Env steps (what total_env_steps, sps and solved_at_steps count); agent_steps = env_steps x num_agents,
+      // the transitions PPO trains on.
       {"env_steps", env_steps},
+      {"num_agents", num_agents},
+      {"agent_steps", env_steps * num_agents},
       {"wall_seconds", wall},
       {"sps", wall > 0 ? static_cast<double>(env_steps) / wall : 0.0},
+      {"agent_sps", wall > 0 ? static_cast<double>(env_steps * num_agents) / wall : 0.0},
       {"episodes", window.total_episodes()},
       {"mean_return_100", window.empty() ? nlohmann::json(nullptr) : nlohmann::json(window.mean_return())},
       {"target_return", opt(config.target_return)},
@@ -926,15 +1364,19 @@ nlohmann::json Learner::Impl::Summary() const {
       {"policy_version", version},
       {"workers", workers.size() + static_cast<std::size_t>(workers_lost)},
       {"workers_active", workers.size()},
-      {"num_envs", store ? store->num_envs() : 0},
+      {"num_envs", store ? store->num_envs() / num_agents : 0},  // the store holds a column per agent row
       {"protocol_errors", errors + io_errors.load()},
+      {"non_finite_rejected", non_finite_rejected},
+      {"non_finite_sanitized", non_finite_sanitized},
+      {"connections_closed", connections_closed.load()},
       {"workers_lost", workers_lost},
+      {"auth_refused", zap ? zap->refused() : int64_t{0}},
       {"stop_reason", stop_reason},
       {"device", device.str()},
       {"precision", config.learner.precision},
       {"torch_version", TORCH_VERSION},
       {"start_unix", start_unix},
-      {"solved_at_unix", solved_at_steps ? nlohmann::json(start_unix + *solved_at_seconds) : nlohmann::json(nullptr)},
+      {"solved_at_unix", opt(solved_at_unix)},
       {"max_rss_mb", MaxRssMb()},
       {"time_seconds",
        {{"wait_for_data", wait_s}, {"held_for_update", held_s}, {"forward", forward_s}, {"serve", serve_s},
@@ -965,11 +1407,12 @@ Status Learner::Run(nlohmann::json* summary) {
 
   // Final checkpoint, then tell every worker to stop.
   if (m.trainer) {
-    TrainingCounters c{m.env_steps, m.updates, m.version, m.window.total_episodes(),
-                       Seconds(Clock::now() - m.start)};
+    TrainingCounters c{m.env_steps, m.updates, m.version, m.window.total_episodes(), m.Wall()};
+    RunState state = m.CaptureRunState();
+    state.rng[kRngTrainer] = GeneratorState(m.trainer->generator());  // the trainer is idle: no update in flight
     std::string path;
     if (auto s = SaveCheckpoint(m.run_dir + "/checkpoints", m.training, m.trainer->optimizer(), c, &path,
-                                &m.trainer->scaler(), m.config.learner.keep_checkpoints);
+                                &m.trainer->scaler(), m.config.learner.keep_checkpoints, &state);
         !s.ok())
       spdlog::error("final checkpoint: {}", s.message());
     else

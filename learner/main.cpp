@@ -2,11 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/config.h"
 #include "common/signal_watcher.h"
+#include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "learner/metrics.h"
 
@@ -20,7 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
   std::string serve_dir, resume_dir;
   app.add_option("--resume", resume_dir,
-                 "continue this run directory from its latest checkpoint (its config.yaml unless --config)")
+                 "continue this run directory from its latest valid checkpoint: policy, optimizer, counters, "
+                 "random generators, episode window (config: --config, else RUN_DIR/config.yaml, else the "
+                 "checkpoint's own; --set still applies)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--serve", serve_dir,
                  "serve the latest policy of this run directory without training (its config.yaml unless --config)")
@@ -35,11 +39,27 @@ int main(int argc, char** argv) {
                                       "name=serve"};
     overrides.insert(overrides.begin(), serve.begin(), serve.end());
   }
-  if (!resume_dir.empty()) {
-    if (config_path.empty()) config_path = resume_dir + "/config.yaml";
-    overrides.insert(overrides.begin(), {"run_dir=" + resume_dir, "learner.resume=true"});
-  }
   farm::FarmConfig config;
+  if (!resume_dir.empty()) {
+    overrides.insert(overrides.begin(), {"run_dir=" + resume_dir, "learner.resume=true"});
+    std::error_code ec;
+    if (config_path.empty() && std::filesystem::exists(resume_dir + "/config.yaml", ec))
+      config_path = resume_dir + "/config.yaml";
+    if (config_path.empty()) {
+      // No config.yaml (deleted, or copied without it): the config the newest valid checkpoint was written with.
+      std::string checkpoint, yaml;
+      farm::Status s = farm::FindLatestValidCheckpoint(resume_dir + "/checkpoints", &checkpoint, nullptr);
+      if (s.ok()) s = farm::ReadCheckpointConfig(checkpoint, &yaml);
+      if (s.ok()) s = farm::ParseConfig(yaml, checkpoint + " (its stored config)", &config);
+      if (!s.ok()) {
+        fmt::print(stderr, "farm-learner: --resume {}: no config.yaml there, and no config from a checkpoint: {}\n",
+                   resume_dir, s.message());
+        return 2;
+      }
+      fmt::print(stderr, "farm-learner: --resume {}: no config.yaml; using the config stored in {}\n", resume_dir,
+                 checkpoint);
+    }
+  }
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());
     return 2;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +23,21 @@ void EpisodeWindow::Add(double episode_return, int64_t length) {
     returns_.pop_front();
     lengths_.pop_front();
   }
+}
+
+void EpisodeWindow::Restore(const std::vector<double>& returns, const std::vector<int64_t>& lengths, int64_t total) {
+  returns_.clear();
+  lengths_.clear();
+  sum_return_ = 0;
+  sum_length_ = 0;
+  const std::size_t n = std::min(returns.size(), lengths.size());
+  for (std::size_t i = n > size_ ? n - size_ : 0; i < n; ++i) {
+    returns_.push_back(returns[i]);
+    lengths_.push_back(lengths[i]);
+    sum_return_ += returns[i];
+    sum_length_ += static_cast<double>(lengths[i]);
+  }
+  total_ = std::max<int64_t>(total, static_cast<int64_t>(returns_.size()));
 }
 
 double EpisodeWindow::mean_return() const {

@@ -12,6 +12,7 @@
 #include <deque>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/files.h"
 #include "common/status.h"
@@ -28,6 +29,12 @@ class EpisodeWindow {
   double mean_return() const;
   double mean_length() const;
   int64_t total_episodes() const { return total_; }
+  // The window's episodes, oldest first (for checkpoints).
+  std::vector<double> returns() const { return {returns_.begin(), returns_.end()}; }
+  std::vector<int64_t> lengths() const { return {lengths_.begin(), lengths_.end()}; }
+  // Replaces the contents: the window's episodes, oldest first (only the newest `size` are kept), and the
+  // count of episodes ever added. `returns` and `lengths` must have one size.
+  void Restore(const std::vector<double>& returns, const std::vector<int64_t>& lengths, int64_t total);
 
  private:
   std::size_t size_;

@@ -1,5 +1,6 @@
-// ActorCritic: the PPO policy/value network (separate tanh MLPs, orthogonal init) with a categorical or
-// diagonal-Gaussian action head. Act is on the inference hot path, so it does only the ops it needs.
+// ActorCritic: the PPO policy/value network (separate tanh MLPs, orthogonal init, optionally behind conv
+// encoders, the critic optionally on a global state) with a categorical or diagonal-Gaussian action head.
+// Act is on the inference hot path, so it does only the ops it needs.
 #include "learner/policy.h"
 
 #include <cmath>
@@ -11,7 +12,7 @@ namespace {
 
 // 0.5 * log(2 * pi): the constant term of a unit Gaussian's log-density, per dimension.
 constexpr double kHalfLog2Pi = 0.91893853320467274178;
-constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2), for tanh hidden layers
+constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2), for tanh (and the cnn's ReLU) hidden layers
 constexpr double kPolicyHeadGain = 0.01;  // near-uniform initial policy
 constexpr double kValueHeadGain = 1.0;
 
@@ -38,35 +39,135 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int6
   return mlp;
 }
 
+// The cnn encoder of a [C, H, W] input, laid out as nn.Sequential would be: "0" conv, "2" conv, "5" linear.
+torch::nn::Sequential CnnEncoder(const Space& input, int64_t features, const char* what) {
+  if (input.shape.size() != 3)
+    throw std::invalid_argument(std::string("ActorCritic: ppo.encoder cnn needs a [C, H, W] ") + what + ", got " +
+                                input.ToString() + " (use ppo.encoder: mlp)");
+  const int64_t channels = input.shape[0];
+  const int64_t height = input.shape[1];
+  const int64_t width = input.shape[2];
+  auto conv = [](int64_t in, int64_t out, int64_t stride) {
+    torch::nn::Conv2d c(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
+    torch::NoGradGuard no_grad;
+    torch::nn::init::orthogonal_(c->weight, kHiddenGain);  // on the weight's [out, in * 3 * 3] view
+    torch::nn::init::zeros_(c->bias);
+    return c;
+  };
+  // Padding 1: the first conv keeps H x W, the strided one halves it (rounding up).
+  const int64_t flat = kCnnChannels2 * ((height + 1) / 2) * ((width + 1) / 2);
+  torch::nn::Sequential encoder;
+  encoder->push_back(conv(channels, kCnnChannels1, 1));
+  encoder->push_back(torch::nn::ReLU());
+  encoder->push_back(conv(kCnnChannels1, kCnnChannels2, 2));
+  encoder->push_back(torch::nn::ReLU());
+  encoder->push_back(torch::nn::Flatten());
+  encoder->push_back(OrthogonalLinear(flat, features, kHiddenGain));
+  encoder->push_back(torch::nn::ReLU());
+  return encoder;
+}
+
+// Inputs may arrive as uint8/int/double; the networks want float32 [B, numel] (mlp) or [B, C, H, W] (cnn).
+// Both reshape and to() are no-ops (views / same tensor) in the common case.
+torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder) {
+  if (encoder == Encoder::kCnn)
+    return x.reshape({x.size(0), space.shape[0], space.shape[1], space.shape[2]}).to(torch::kFloat32);
+  return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
+}
+
 }  // namespace
 
-ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes)
-    : observation_(observation), action_(action) {
+const char* EncoderName(Encoder encoder) { return encoder == Encoder::kCnn ? "cnn" : "mlp"; }
+
+Status ParseEncoder(const std::string& name, Encoder* out) {
+  if (name == "mlp") {
+    *out = Encoder::kMlp;
+  } else if (name == "cnn") {
+    *out = Encoder::kCnn;
+  } else {
+    return Status::InvalidArgument("encoder: expected mlp or cnn, got '" + name + "'");
+  }
+  return Status::Ok();
+}
+
+ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes,
+                                 const PolicyOptions& options)
+    : observation_(observation), action_(action), hidden_sizes_(hidden_sizes), options_(options) {
   const int64_t obs_dim = observation_.numel();
   if (obs_dim <= 0) throw std::invalid_argument("ActorCritic: empty observation space " + observation_.ToString());
   const int64_t head_dim = action_.is_discrete() ? action_.n : action_.numel();
   if (head_dim <= 0) throw std::invalid_argument("ActorCritic: empty action space " + action_.ToString());
+  if (options_.global_state &&
+      (options_.global_state->is_discrete() || options_.global_state->dtype != DType::kFloat32 ||
+       options_.global_state->numel() <= 0))
+    throw std::invalid_argument("ActorCritic: the global state must be a non-empty float32 box, got " +
+                                options_.global_state->ToString());
+  const Space& critic_input = options_.global_state ? *options_.global_state : observation_;
 
-  actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain));
-  critic_ = register_module("critic", Mlp(obs_dim, hidden_sizes, 1, kValueHeadGain));
+  if (options_.encoder == Encoder::kMlp) {
+    actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain));
+    critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain));
+  } else {
+    if (hidden_sizes.empty() || hidden_sizes.front() <= 0)
+      throw std::invalid_argument("ActorCritic: the cnn encoder needs hidden_sizes with a positive first width");
+    const int64_t features = hidden_sizes.front();
+    const std::vector<int> rest(hidden_sizes.begin() + 1, hidden_sizes.end());
+    actor_encoder_ = register_module("actor_encoder", CnnEncoder(observation_, features, "observation"));
+    critic_encoder_ = register_module(
+        "critic_encoder", CnnEncoder(critic_input, features, options_.global_state ? "global state" : "observation"));
+    actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain));
+    critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain));
+  }
   if (!action_.is_discrete()) log_std_ = register_parameter("log_std", torch::zeros({head_dim}));
 }
 
-torch::Tensor ActorCriticImpl::Flatten(const torch::Tensor& obs) const {
-  // Observations may arrive as uint8/int/double from the wire; the MLP wants float32 [B, obs_dim].
-  // Both reshape and to() are no-ops (views / same tensor) in the common case.
-  return obs.reshape({obs.size(0), observation_.numel()}).to(torch::kFloat32);
+torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {
+  torch::Tensor x = Shaped(obs, observation_, options_.encoder);
+  if (actor_encoder_) x = actor_encoder_->forward(x);
+  return x;
 }
 
-ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, bool deterministic) {
-  const torch::Tensor x = Flatten(obs);
+torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller) {
+  torch::Tensor x;
+  if (options_.global_state) {
+    if (!state.defined())
+      throw std::invalid_argument(std::string("ActorCritic::") + caller + ": the critic takes a global state " +
+                                  options_.global_state->ToString() + ", but none was given");
+    const int64_t rows = obs.size(0);
+    if (state.size(0) == 0 || rows % state.size(0) != 0)
+      throw std::invalid_argument(std::string("ActorCritic::") + caller + ": " + std::to_string(state.size(0)) +
+                                  " global states for " + std::to_string(rows) +
+                                  " observations (expected one per row, or one per k consecutive rows)");
+    x = Shaped(state, *options_.global_state, options_.encoder);
+    if (critic_encoder_) x = critic_encoder_->forward(x);
+    const torch::Tensor value = critic_->forward(x).squeeze(-1);
+    // One state for k consecutive rows (the agents of one env): the critic runs once, its value is theirs.
+    const int64_t k = rows / state.size(0);
+    return k == 1 ? value : value.repeat_interleave(k);
+  }
+  x = Shaped(obs, observation_, options_.encoder);
+  if (critic_encoder_) x = critic_encoder_->forward(x);
+  return critic_->forward(x).squeeze(-1);
+}
+
+ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic) {
   ActOutput out;
-  out.value = critic_->forward(x).squeeze(-1);
-  const torch::Tensor head = actor_->forward(x);
+  // Acting needs only the actor: a centralised critic without its state leaves the value undefined.
+  if (!options_.global_state || state.defined()) out.value = CriticValue(obs, state, "Act");
+  const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
-    out.action = deterministic ? head.argmax(-1)
-                               : torch::multinomial(logp_all.exp(), /*num_samples=*/1, /*replacement=*/true).view(-1);
+    if (deterministic) {
+      out.action = head.argmax(-1);
+    } else if (head.is_cuda()) {
+      // The exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. is a sample of p (torch.multinomial's
+      // one-sample path). Written out on CUDA so that it never synchronises with the host and can be
+      // captured in a CUDA graph; the CPU keeps multinomial, and with it the random stream of CPU runs.
+      const torch::Tensor probs = logp_all.exp();
+      out.action = probs.div(torch::empty_like(probs).exponential_()).argmax(-1);
+    } else {
+      out.action = torch::multinomial(logp_all.exp(), /*num_samples=*/1, /*replacement=*/true).view(-1);
+    }
     out.logp = logp_all.gather(-1, out.action.unsqueeze(-1)).squeeze(-1);
   } else {
     // a = mean + std * eps, so log N(a) = sum(-eps^2 / 2 - log_std - log sqrt(2 pi)) without dividing back.
@@ -83,12 +184,12 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, bool deterministic) {
   return out;
 }
 
-EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tensor& actions) {
-  const torch::Tensor x = Flatten(obs);
-  const int64_t batch = x.size(0);
+EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tensor& state,
+                                     const torch::Tensor& actions) {
+  const int64_t batch = obs.size(0);
   EvalOutput out;
-  out.value = critic_->forward(x).squeeze(-1);
-  const torch::Tensor head = actor_->forward(x);
+  out.value = CriticValue(obs, state, "Evaluate");
+  const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
     const torch::Tensor index = actions.reshape({batch, 1}).to(torch::kLong);
@@ -104,7 +205,9 @@ EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tens
   return out;
 }
 
-torch::Tensor ActorCriticImpl::Value(const torch::Tensor& obs) { return critic_->forward(Flatten(obs)).squeeze(-1); }
+torch::Tensor ActorCriticImpl::Value(const torch::Tensor& obs, const torch::Tensor& state) {
+  return CriticValue(obs, state, "Value");
+}
 
 void ActorCriticImpl::CopyFrom(ActorCriticImpl& other) {
   if (&other == this) return;

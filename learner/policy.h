@@ -1,7 +1,10 @@
-// ActorCritic: separate actor and critic MLPs (tanh, orthogonal init) as the
-// reference PPO implementations build them. The action head is categorical
-// for a discrete space and a diagonal Gaussian with a state-independent
-// log-std for a box space.
+// ActorCritic: separate actor and critic networks (tanh MLPs, orthogonal init)
+// as the reference PPO implementations build them, optionally behind a small
+// CNN encoder (ppo.encoder: cnn) and with a centralised critic that reads an
+// env's global state instead of the agent's observation (MAPPO style: the
+// actor, all that decentralised execution needs, never sees the state). The
+// action head is categorical for a discrete space and a diagonal Gaussian
+// with a state-independent log-std for a box space.
 //
 // Threading: a module is not thread-safe. The learner acts with one instance
 // and trains another (or the same one in sync mode, never concurrently).
@@ -9,11 +12,33 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/space.h"
+#include "common/status.h"
 
 namespace farm {
+
+// How the actor reads an observation and the critic its input (ppo.encoder).
+//   mlp: flattened into the tanh MLP of hidden_sizes.
+//   cnn: for a [C, H, W] input: Conv 3x3 C->kCnnChannels1 (padding 1) ReLU, Conv 3x3 stride 2
+//        kCnnChannels1->kCnnChannels2 (padding 1) ReLU, flatten, Linear -> hidden_sizes[0] ReLU; then the
+//        tanh MLP of hidden_sizes[1..] and the head. Other shapes are refused (std::invalid_argument).
+enum class Encoder { kMlp, kCnn };
+inline constexpr int64_t kCnnChannels1 = 32;
+inline constexpr int64_t kCnnChannels2 = 64;
+const char* EncoderName(Encoder encoder);
+// "mlp" or "cnn"; InvalidArgument naming `name` otherwise.
+Status ParseEncoder(const std::string& name, Encoder* out);
+
+// What ActorCritic's architecture depends on besides the spaces and widths.
+struct PolicyOptions {
+  Encoder encoder = Encoder::kMlp;
+  // Set: the critic takes this float32 box (an env's global state) instead of the observation.
+  std::optional<Space> global_state;
+};
 
 struct ActOutput {
   torch::Tensor action;  // int64 [B] (discrete) or float [B, A] (box, unclipped)
@@ -29,25 +54,48 @@ struct EvalOutput {
 
 class ActorCriticImpl : public torch::nn::Module {
  public:
-  ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes);
+  // Throws std::invalid_argument for an empty space, a non-positive width, a global state that is not a
+  // float32 box, or the cnn encoder on an input that is not [C, H, W].
+  ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes,
+                  const PolicyOptions& options = {});
 
-  // Samples actions (deterministic=true: mode / mean) with their log-probs and values.
-  ActOutput Act(const torch::Tensor& obs, bool deterministic = false);
-  // Log-probs, entropies and values of given actions, for the PPO loss.
-  EvalOutput Evaluate(const torch::Tensor& obs, const torch::Tensor& actions);
-  torch::Tensor Value(const torch::Tensor& obs);
+  // `state` is the critic's input when the policy has a global state (has_global_state()), and is ignored
+  // otherwise; `obs` is [B, obs...]. `state` is [B, state...], or [B / k, state...] for rows that come in
+  // runs of k sharing one state (the agents of an env): the critic then runs once per run, and each row of
+  // a run gets its value.
+  // Samples actions (deterministic=true: mode / mean) with their log-probs and values. Acting needs only
+  // the actor: with a global state but an undefined `state`, value is left undefined.
+  ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic = false);
+  ActOutput Act(const torch::Tensor& obs, bool deterministic = false) { return Act(obs, {}, deterministic); }
+  // Log-probs, entropies and values of given actions, for the PPO loss. Throws std::invalid_argument when
+  // the policy has a global state and `state` is undefined.
+  EvalOutput Evaluate(const torch::Tensor& obs, const torch::Tensor& state, const torch::Tensor& actions);
+  EvalOutput Evaluate(const torch::Tensor& obs, const torch::Tensor& actions) { return Evaluate(obs, {}, actions); }
+  // The critic's value [B]; the same rule for `state` as Evaluate.
+  torch::Tensor Value(const torch::Tensor& obs, const torch::Tensor& state = {});
 
   // Copies every parameter and buffer from `other` (same architecture).
   void CopyFrom(ActorCriticImpl& other);
 
   const Space& observation_space() const { return observation_; }
   const Space& action_space() const { return action_; }
+  const std::vector<int>& hidden_sizes() const { return hidden_sizes_; }
+  const PolicyOptions& options() const { return options_; }
+  Encoder encoder() const { return options_.encoder; }
+  bool has_global_state() const { return options_.global_state.has_value(); }
 
  private:
-  torch::Tensor Flatten(const torch::Tensor& obs) const;
+  // The actor's head input (encoded observation) and the critic's value [B].
+  torch::Tensor ActorFeatures(const torch::Tensor& obs);
+  torch::Tensor CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller);
 
   Space observation_;
   Space action_;
+  std::vector<int> hidden_sizes_;
+  PolicyOptions options_;
+  // cnn only: the conv stacks ("actor_encoder", "critic_encoder"); with mlp the MLPs take flattened input.
+  torch::nn::Sequential actor_encoder_{nullptr};
+  torch::nn::Sequential critic_encoder_{nullptr};
   torch::nn::Sequential actor_{nullptr};
   torch::nn::Sequential critic_{nullptr};
   torch::Tensor log_std_;  // box only

@@ -2,6 +2,8 @@
 // entropy bonus, global grad-norm clip, linear LR annealing, optional target-KL early stop.
 #include "learner/ppo.h"
 
+#include "learner/ppo_fused.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
@@ -164,6 +166,41 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
       scaler_(ScalerOptions(precision)),
       generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
   if (auto s = CheckPrecision(precision_, device_); !s.ok()) throw std::invalid_argument("PpoTrainer: " + s.message());
+  const std::string& mode = config_.fused_update;
+  if (mode != "auto" && mode != "on" && mode != "off")
+    throw std::invalid_argument("PpoTrainer: ppo.fused_update must be auto, on or off, got '" + mode + "'");
+  if (mode != "off") {
+    // The fused update knows only the MLPs on the observation: not a critic on a global state, not the cnn.
+    Status s = policy_->has_global_state()
+                   ? Status::InvalidArgument("the fused update has no centralised critic (the policy has a global state)")
+               : policy_->encoder() != Encoder::kMlp
+                   ? Status::InvalidArgument("the fused update has no cnn encoder (ppo.encoder is cnn)")
+                   : CheckFusedUpdate(*policy_, precision_);
+    if (s.ok()) {
+      fused_ = std::make_unique<FusedPpoUpdate>(policy_, config_);
+    } else if (mode == "on") {
+      throw std::invalid_argument("PpoTrainer: ppo.fused_update is on, but " + s.message() +
+                                  " (set ppo.fused_update to auto to fall back to the LibTorch update)");
+    }
+  }
+}
+
+PpoTrainer::~PpoTrainer() = default;
+
+torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    norms.push_back(p.grad().norm(2).to(torch::kFloat32));
+  }
+  if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
+  const torch::Tensor total = torch::stack(norms).norm(2);
+  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(coef);
+  return total.to(torch::kFloat64);
 }
 
 PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
@@ -183,6 +220,20 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
     throw std::invalid_argument("PpoTrainer::Update: actions must be [T, N] or [T, N, A]");
   }
   CheckShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
+  if (policy_->has_global_state() != rollout.states.defined() ||
+      (rollout.states.defined() &&
+       (rollout.states.dim() < 2 || rollout.states.size(0) != steps || rollout.states.size(1) != envs))) {
+    throw std::invalid_argument(policy_->has_global_state()
+                                    ? "PpoTrainer::Update: the critic takes a global state: states must be [T, N, "
+                                      "state...] with T=" + std::to_string(steps) + ", N=" + std::to_string(envs)
+                                    : "PpoTrainer::Update: states given, but the policy has no global state");
+  }
+  // k rows per state: sample whole runs of k rows (units), so that each minibatch's critic sees each state once.
+  const int64_t k = rollout.states.defined() ? rollout.rows_per_state : 1;
+  if (k < 1 || envs % k != 0)
+    throw std::invalid_argument("PpoTrainer::Update: rows_per_state " + std::to_string(k) + " must divide N=" +
+                                std::to_string(envs));
+  const int64_t units = batch / k;
 
   std::vector<torch::Tensor> params = policy_->parameters();
   const torch::Device device = params.front().device();
@@ -199,31 +250,52 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   // Flatten T x N into one batch; detach so that the rollout never enters the graph.
   const auto flat = [&](const torch::Tensor& t) { return t.detach().flatten(0, 1).to(device); };
   const torch::Tensor b_obs = flat(rollout.obs);
+  const torch::Tensor b_states = rollout.states.defined() ? flat(rollout.states) : torch::Tensor();
   const torch::Tensor b_actions = flat(rollout.actions);
   const torch::Tensor b_logp = flat(rollout.logp).to(torch::kFloat32);
   const torch::Tensor b_values = flat(rollout.values).to(torch::kFloat32);
   const torch::Tensor b_advantages = flat(gae.advantages);
   const torch::Tensor b_returns = flat(gae.returns);
 
-  // Minibatches of near-equal size (they differ by at most one) that cover the whole batch every epoch.
-  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, batch);
+  if (fused_) {  // never with states (see the constructor)
+    fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
+                &stats);
+    stats.loss_scale = scaler_.scale();
+    stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    return stats;
+  }
+
+  // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
+  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, units);
   torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   double grad_norm_sum = 0;
+  // On CUDA the grad norms add up on the device (no sync per minibatch); read once at the end.
+  torch::Tensor grad_norm_device = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   int64_t minibatches_run = 0;
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
-    const torch::Tensor perm = torch::randperm(batch, generator_, torch::kLong).to(device);
+    // On CUDA the permutation is drawn on the device (LibTorch's default CUDA generator, seeded by
+    // torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch's kernels.
+    const torch::Tensor perm =
+        device.is_cuda() ? torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device))
+                         : torch::randperm(units, generator_, torch::kLong);
     torch::Tensor last_approx_kl;
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
-      const int64_t begin = mb * batch / num_minibatches;
-      const int64_t end = (mb + 1) * batch / num_minibatches;
-      const torch::Tensor idx = perm.slice(0, begin, end);
+      const int64_t begin = mb * units / num_minibatches;
+      const int64_t end = (mb + 1) * units / num_minibatches;
+      const torch::Tensor unit_idx = perm.slice(0, begin, end);
+      // The rows of the units (the units themselves when k is 1); a state per unit, from its first row.
+      const torch::Tensor idx =
+          k == 1 ? unit_idx
+                 : (unit_idx.unsqueeze(1) * k + torch::arange(k, unit_idx.options())).flatten();
       PpoLoss loss;
       {
         // Forward in the training precision; the network outputs are cast to float32 so that the loss (exp of
         // log-ratios, squares, means) is computed in float32 whatever the precision.
         AutocastGuard autocast(device, precision_);
-        EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx), b_actions.index_select(0, idx));
+        EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx),
+                                            b_states.defined() ? b_states.index_select(0, unit_idx * k) : torch::Tensor(),
+                                            b_actions.index_select(0, idx));
         eval.logp = eval.logp.to(torch::kFloat32);
         eval.value = eval.value.to(torch::kFloat32);
         eval.entropy = eval.entropy.to(torch::kFloat32);
@@ -235,7 +307,11 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
       scaler_.Scale(loss.total).backward();
       // Unscale before clipping so the clip sees the true gradient norm; an inf/NaN grad skips clip and step.
       if (scaler_.Unscale(params)) {
-        grad_norm_sum += torch::nn::utils::clip_grad_norm_(params, config_.max_grad_norm);
+        if (device.is_cuda()) {
+          grad_norm_device += ClipGradNormOnDevice(params, config_.max_grad_norm);
+        } else {
+          grad_norm_sum += torch::nn::utils::clip_grad_norm_(params, config_.max_grad_norm);
+        }
       }
       if (scaler_.Step(*optimizer_)) {
         ++steps_run;
@@ -256,6 +332,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
     if (config_.target_kl && last_approx_kl.item<double>() > *config_.target_kl) break;
   }
 
+  if (device.is_cuda()) grad_norm_sum += grad_norm_device.item<double>();
   const torch::Tensor means = (stat_sums / static_cast<double>(minibatches_run)).cpu();
   const double* m = means.data_ptr<double>();
   stats.policy_loss = m[kPolicyLoss];

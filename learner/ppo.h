@@ -19,6 +19,10 @@ namespace farm {
 // One rollout, time-major: T steps of N envs.
 struct Rollout {
   torch::Tensor obs;       // float [T, N, obs...]
+  torch::Tensor states;    // float [T, N, state...]: the critic's global state per row; undefined without one
+  // Rows n * k .. n * k + k - 1 hold one state (the k agents of an env): the critic runs once per such run,
+  // and minibatches take whole runs. 1: every row on its own.
+  int64_t rows_per_state = 1;
   torch::Tensor actions;   // int64 [T, N] or float [T, N, A]
   torch::Tensor logp;      // float [T, N] behaviour log-probs
   torch::Tensor values;    // float [T, N] values at acting time
@@ -69,12 +73,26 @@ struct PpoLoss {
 PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
                        const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config);
 
+// clip_grad_norm_ without its host synchronisation (LibTorch's returns the norm as a double, which waits
+// for the backward pass): the norm and the clip coefficient stay on the device, so the host can queue the
+// optimizer step and the next minibatch meanwhile. Same arithmetic: total = ||(||g_i||)_i||,
+// g *= min(max_norm / (total + 1e-6), 1). Returns the total norm (float64 scalar, on the grads' device).
+// PpoTrainer uses it on CUDA; on the CPU it keeps LibTorch's (nothing to overlap there).
+torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm);
+
+class FusedPpoUpdate;  // learner/ppo_fused.h
+
 class PpoTrainer {
  public:
   // `policy` must already be on its device. `precision`: fp32; bf16 (CPU or CUDA autocast); fp16 (CUDA
   // autocast with dynamic loss scaling). Throws std::invalid_argument when CheckPrecision fails for the
   // policy's device (e.g. fp16 on the CPU).
+  // config.fused_update picks the update's implementation: "auto" uses FusedPpoUpdate (ppo_fused.h) when
+  // CheckFusedUpdate passes (CPU, fp32, the ActorCritic MLP) and the LibTorch path otherwise; "on" requires
+  // it (std::invalid_argument saying why it cannot run); "off" always takes the LibTorch path. A policy with
+  // a global state (centralised critic) or the cnn encoder always takes the LibTorch path.
   PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision = Precision::kFp32);
+  ~PpoTrainer();
 
   // One PPO update on `rollout`. `progress` in [0, 1] is the fraction of the
   // run done before this update (drives linear LR annealing).
@@ -86,7 +104,11 @@ class PpoTrainer {
   torch::optim::Adam& optimizer() { return *optimizer_; }
   // Enabled only for fp16; its state belongs in checkpoints (SaveCheckpoint/LoadCheckpoint take it).
   LossScaler& scaler() { return scaler_; }
+  // Minibatch shuffling; its state belongs in checkpoints (RunState, learner/checkpoint.h).
+  torch::Generator& generator() { return generator_; }
   Precision precision() const { return precision_; }
+  // Whether Update runs the fused CPU path.
+  bool fused() const { return fused_ != nullptr; }
 
  private:
   ActorCritic policy_;
@@ -96,6 +118,7 @@ class PpoTrainer {
   std::unique_ptr<torch::optim::Adam> optimizer_;
   LossScaler scaler_;
   torch::Generator generator_;  // minibatch shuffling
+  std::unique_ptr<FusedPpoUpdate> fused_;  // set when the fused path is used
 };
 
 }  // namespace farm

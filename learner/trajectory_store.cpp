@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace farm {
 
-TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel)
-    : T_(rollout_length), obs_numel_(obs_numel), action_numel_(action_numel) {}
+TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel,
+                                 int64_t state_numel)
+    : T_(rollout_length), obs_numel_(obs_numel), action_numel_(action_numel), state_numel_(state_numel) {}
 
 namespace {
 // Re-lays [T, old_n, width] as [T, new_n, width], keeping the data.
@@ -23,6 +26,7 @@ void Relayout(std::vector<U>& v, int64_t T, int64_t old_n, int64_t new_n, int64_
 
 void TrajectoryStore::Grow(int64_t n) {
   Relayout(obs_, T_, num_envs_, n, obs_numel_);
+  if (state_numel_ > 0) Relayout(state_, T_, num_envs_, n, state_numel_);
   if (action_numel_ == 0) {
     Relayout(disc_, T_, num_envs_, n, 1);
   } else {
@@ -50,10 +54,11 @@ void TrajectoryStore::CopyRows(std::vector<U>& field, int64_t width, int64_t t, 
 }
 
 void TrajectoryStore::RecordStep(int group, const float* obs, const void* actions, const float* logp,
-                                 const float* value, int64_t policy_version) {
+                                 const float* value, int64_t policy_version, const float* states) {
   Group& g = groups_[group];
   const int64_t t = g.steps;
   CopyRows(obs_, obs_numel_, t, g, obs);
+  if (state_numel_ > 0) CopyRows(state_, state_numel_, t, g, states);
   if (action_numel_ == 0) {
     CopyRows(disc_, 1, t, g, static_cast<const int64_t*>(actions));
   } else {
@@ -96,7 +101,8 @@ void TrajectoryStore::SetBootstrap(int group, const float* values) {
   std::memcpy(bootstrap_.data() + g.base, values, sizeof(float) * static_cast<std::size_t>(g.size));
 }
 
-Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag) {
+Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag,
+                              const std::vector<int64_t>& state_shape) {
   const int64_t N = num_envs_;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
@@ -104,6 +110,19 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
   Rollout r;
   r.obs = torch::from_blob(obs_.data(), shape, f32).clone();
+  if (state_numel_ > 0) {
+    std::vector<int64_t> sshape{T_, N};
+    sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
+    int64_t numel = 1;
+    for (int64_t d : state_shape) numel *= d;
+    if (state_shape.empty()) {
+      sshape.push_back(state_numel_);
+    } else if (numel != state_numel_) {
+      throw std::invalid_argument("TrajectoryStore::Take: state shape has " + std::to_string(numel) +
+                                  " elements, but the store keeps " + std::to_string(state_numel_) + " per row");
+    }
+    r.states = torch::from_blob(state_.data(), sshape, f32).clone();
+  }
   if (action_numel_ == 0) {
     r.actions = torch::from_blob(disc_.data(), {T_, N}, i64).clone();
   } else {
@@ -124,6 +143,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
         for (int i = 0; i < g.size; ++i) cols.push_back(g.base + i);
     const auto index = torch::tensor(cols, i64);
     for (auto* t : {&r.obs, &r.actions, &r.logp, &r.values, &r.rewards, &r.dones}) *t = t->index_select(1, index);
+    if (r.states.defined()) r.states = r.states.index_select(1, index);
     r.last_value = r.last_value.index_select(0, index);
     versions = versions.index_select(1, index);
   }

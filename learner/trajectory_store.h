@@ -3,7 +3,7 @@
 // a time; a group's envs are contiguous columns, so recording one group's
 // step is one contiguous copy per field.
 //
-// Protocol per group: RecordStep (obs, action, log-prob, value at step t)
+// Protocol per group: RecordStep (obs, global state, action, log-prob, value at step t)
 // → RecordOutcome (reward and done flags of that step; t becomes t+1) → ...
 // until t == T, then SetBootstrap (value of the next observation). When every
 // group is full, Take() gathers the rollout and resets all groups to t = 0.
@@ -26,8 +26,9 @@ struct LagStats {
 
 class TrajectoryStore {
  public:
-  // action_numel: 0 for a discrete space (one int64 per step), else floats per step.
-  TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel);
+  // action_numel: 0 for a discrete space (one int64 per step), else floats per step. state_numel: floats of
+  // the global state stored per row for a centralised critic; 0: none.
+  TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel, int64_t state_numel = 0);
 
   // Adds a group of `size` envs (existing data is kept); returns its id.
   int AddGroup(int size);
@@ -46,17 +47,20 @@ class TrajectoryStore {
   // but are left out of every later Take().
   void RemoveGroup(int group);
 
-  // `actions` is int64 [size] (discrete) or float [size, action_numel].
+  // `actions` is int64 [size] (discrete) or float [size, action_numel]; `states` is float [size, state_numel]
+  // when the store keeps states (ignored, and may be null, otherwise).
   void RecordStep(int group, const float* obs, const void* actions, const float* logp, const float* value,
-                  int64_t policy_version);
+                  int64_t policy_version, const float* states = nullptr);
   void RecordOutcome(int group, const float* reward, const uint8_t* terminated, const uint8_t* truncated);
   // Adds `bonus` to the reward of env `env` (within the group) at its last completed step.
   void AddReward(int group, int env, float bonus);
   void SetBootstrap(int group, const float* values);
 
-  // The rollout of the alive groups' envs, obs shaped [T, N, obs_shape...];
-  // lag relative to `current_version`.
-  Rollout Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag);
+  // The rollout of the alive groups' envs, obs shaped [T, N, obs_shape...] and, when the store keeps
+  // states, states [T, N, state_shape...] (state_shape's numel must be state_numel); lag relative to
+  // `current_version`.
+  Rollout Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag,
+               const std::vector<int64_t>& state_shape = {});
 
  private:
   struct Group {
@@ -73,12 +77,14 @@ class TrajectoryStore {
   const int64_t T_;
   const int64_t obs_numel_;
   const int64_t action_numel_;  // 0: discrete
+  const int64_t state_numel_;   // 0: no states
   int64_t num_envs_ = 0;
   std::vector<Group> groups_;
   int full_groups_ = 0;   // alive groups with T steps
   int alive_groups_ = 0;
 
   std::vector<float> obs_;       // [T, N, obs_numel]
+  std::vector<float> state_;     // [T, N, state_numel]
   std::vector<int64_t> disc_;    // [T, N] discrete actions
   std::vector<float> cont_;      // [T, N, action_numel] continuous actions
   std::vector<float> logp_;      // [T, N]

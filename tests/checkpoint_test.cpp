@@ -1,11 +1,16 @@
-// Checkpoints: checksums, retention of the newest K, and falling back past a
-// truncated file.
+// Checkpoints: checksums, retention of the newest K, falling back past a
+// truncated file, and the run state (generators, episode window, config) that
+// --resume continues from, including checkpoints written before it existed.
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "common/files.h"
 #include "learner/checkpoint.h"
+#include "learner/metrics.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK
@@ -16,7 +21,7 @@ using namespace farm;
 TEST_CASE("checkpoints keep the newest K and a corrupt one is passed over", "[checkpoint]") {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("farm-ckpt-test-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  (void)RemoveTree(dir);  // not std::filesystem::remove_all: see RemoveTree
   ActorCritic policy(Space::Box({3}, {-1.f}, {1.f}), Space::Discrete(2), std::vector<int>{8});
   torch::optim::Adam adam(policy->parameters(), torch::optim::AdamOptions(1e-3));
   for (int64_t u = 1; u <= 4; ++u) {
@@ -52,5 +57,123 @@ TEST_CASE("checkpoints keep the newest K and a corrupt one is passed over", "[ch
   const auto none = FindLatestValidCheckpoint(dir, &path, &skipped);
   CHECK(none.code() == Status::Code::kNotFound);
   CHECK(skipped.size() == 2);
-  std::filesystem::remove_all(dir);
+  (void)RemoveTree(dir);  // not std::filesystem::remove_all: see RemoveTree
+}
+
+namespace {
+
+// The next `n` draws of `generator` (uniform floats).
+std::vector<float> Draw(torch::Generator& generator, int n) {
+  const torch::Tensor t = torch::rand({n}, generator);
+  return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + n);
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint's run state round-trips: generators continue, window, target, config", "[checkpoint]") {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("farm-ckpt-state-test-" + std::to_string(::getpid()))).string();
+  (void)RemoveTree(dir);  // not std::filesystem::remove_all: see RemoveTree
+  ActorCritic policy(Space::Box({3}, {-1.f}, {1.f}), Space::Discrete(2), std::vector<int>{8});
+  torch::optim::Adam adam(policy->parameters(), torch::optim::AdamOptions(1e-3));
+
+  // Generators part-way through their streams; what they would draw next is the reference.
+  torch::Generator trainer = at::make_generator<at::CPUGeneratorImpl>(11);
+  torch::Generator actions = at::make_generator<at::CPUGeneratorImpl>(12);
+  (void)Draw(trainer, 37);
+  (void)Draw(actions, 5);
+  torch::manual_seed(13);
+  torch::Generator cpu = at::detail::getDefaultCPUGenerator();
+  (void)Draw(cpu, 3);
+  RunState state;
+  state.rng[kRngTrainer] = GeneratorState(trainer);
+  state.rng[kRngRandomActions] = GeneratorState(actions);
+  state.rng[kRngTorchCpu] = GeneratorState(cpu);
+  const auto trainer_next = Draw(trainer, 8);
+  const auto actions_next = Draw(actions, 8);
+  const auto cpu_next = Draw(cpu, 8);
+
+  EpisodeWindow window(100);
+  for (int i = 0; i < 130; ++i) window.Add(10.0 + i, 20 + i);  // more than the window holds
+  state.has_episode_window = true;
+  state.episode_returns = window.returns();
+  state.episode_lengths = window.lengths();
+  state.solved_at_steps = 4096;
+  state.solved_at_seconds = 12.5;
+  state.solved_at_unix = 1.7e9;
+  FarmConfig config;
+  config.ppo.lr = 1e-3;
+  state.config_yaml = DumpConfig(config);
+  TrainingCounters c{1000, 7, 7, window.total_episodes(), 33.0};
+  std::string path;
+  REQUIRE(SaveCheckpoint(dir, policy, adam, c, &path, nullptr, 0, &state).ok());
+
+  TrainingCounters back;
+  RunState loaded;
+  REQUIRE(LoadCheckpoint(path, policy, &adam, &back, nullptr, &loaded).ok());
+  CHECK(loaded.missing.empty());
+  CHECK(back.episodes == 130);
+  CHECK(back.wall_seconds == 33.0);
+  // Fresh generators, seeded otherwise, continue the saved streams exactly once restored.
+  torch::Generator trainer2 = at::make_generator<at::CPUGeneratorImpl>(99);
+  torch::Generator actions2 = at::make_generator<at::CPUGeneratorImpl>(98);
+  REQUIRE(loaded.rng.count(kRngTrainer) == 1);
+  REQUIRE(SetGeneratorState(trainer2, loaded.rng[kRngTrainer], kRngTrainer).ok());
+  REQUIRE(SetGeneratorState(actions2, loaded.rng[kRngRandomActions], kRngRandomActions).ok());
+  torch::manual_seed(97);
+  REQUIRE(SetGeneratorState(cpu, loaded.rng[kRngTorchCpu], kRngTorchCpu).ok());
+  CHECK(Draw(trainer2, 8) == trainer_next);
+  CHECK(Draw(actions2, 8) == actions_next);
+  CHECK(Draw(cpu, 8) == cpu_next);
+  CHECK(loaded.rng.count(kRngTorchCuda) == 0);
+  // A state of the wrong size is refused with the generator's name.
+  const Status bad = SetGeneratorState(trainer2, torch::zeros({3}, torch::kUInt8), kRngTrainer);
+  CHECK_FALSE(bad.ok());
+  CHECK_THAT(bad.message(), Catch::Contains("trainer"));
+
+  // The window: the newest 100 episodes, in order; the episode count is the counters'.
+  REQUIRE(loaded.has_episode_window);
+  CHECK(loaded.episode_returns == window.returns());
+  CHECK(loaded.episode_lengths == window.lengths());
+  EpisodeWindow restored(100);
+  restored.Restore(loaded.episode_returns, loaded.episode_lengths, back.episodes);
+  CHECK(restored.count() == 100);
+  CHECK(restored.total_episodes() == 130);
+  CHECK(restored.mean_return() == window.mean_return());
+  CHECK(restored.mean_length() == window.mean_length());
+  restored.Add(1000.0, 1);  // and it goes on sliding
+  window.Add(1000.0, 1);
+  CHECK(restored.mean_return() == window.mean_return());
+  CHECK(restored.total_episodes() == 131);
+
+  REQUIRE(loaded.solved_at_steps);
+  CHECK(*loaded.solved_at_steps == 4096);
+  CHECK(*loaded.solved_at_seconds == 12.5);
+  CHECK(*loaded.solved_at_unix == 1.7e9);
+  CHECK(loaded.config_yaml == state.config_yaml);
+  std::string yaml;
+  REQUIRE(ReadCheckpointConfig(path, &yaml).ok());
+  FarmConfig parsed;
+  REQUIRE(ParseConfig(yaml, path, &parsed).ok());
+  CHECK(parsed.ppo.lr == 1e-3);
+
+  // Not solved: stored as such.
+  RunState unsolved;
+  c.updates = 8;
+  REQUIRE(SaveCheckpoint(dir, policy, adam, c, &path, nullptr, 0, &unsolved).ok());
+  REQUIRE(LoadCheckpoint(path, policy, &adam, &back, nullptr, &loaded).ok());
+  CHECK_FALSE(loaded.solved_at_steps);
+  CHECK_FALSE(loaded.has_episode_window);
+
+  // A checkpoint written without any run state (as older versions did) still loads; what it lacks is listed.
+  c.updates = 9;
+  REQUIRE(SaveCheckpoint(dir, policy, adam, c, &path).ok());
+  REQUIRE(LoadCheckpoint(path, policy, &adam, &back, nullptr, &loaded).ok());
+  CHECK(back.updates == 9);
+  CHECK(loaded.rng.empty());
+  CHECK_FALSE(loaded.has_episode_window);
+  CHECK(loaded.config_yaml.empty());
+  CHECK(loaded.missing.size() == 4);  // rng, episode_window, solved_at, config_yaml
+  CHECK(ReadCheckpointConfig(path, &yaml).code() == Status::Code::kNotFound);
+  (void)RemoveTree(dir);  // not std::filesystem::remove_all: see RemoveTree
 }

@@ -1,5 +1,6 @@
 // Tests for the tools' building blocks: policy_spec.json round trips and errors, LoadPolicy on a hand-made
 // run directory, and TorchScript export (discrete and box actions) checked against ActorCritic::Act.
+#include "common/files.h"
 #include "learner/export.h"
 
 #include <stdlib.h>
@@ -35,10 +36,7 @@ struct TempDir {
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path = pattern;
   }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+  ~TempDir() { (void)RemoveTree(path); }  // not std::filesystem::remove_all: see RemoveTree
   std::string path;
 };
 

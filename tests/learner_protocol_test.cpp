@@ -1,13 +1,22 @@
 // The learner over a real socket, driven by a hand-written DEALER client:
 // answers, clipping of continuous actions, and an Error for each kind of bad
-// message without disturbing a good client.
+// message (malformed, out of order, duplicated, of an unknown type, holding
+// NaN/Inf, too large) without disturbing a good client.
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/files.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "learner/learner.h"
@@ -23,7 +32,8 @@ namespace {
 // A learner serving on an ephemeral loopback port from a thread of its own.
 class ServedLearner {
  public:
-  ServedLearner() {
+  // `adjust` changes the test's config before the learner is created.
+  explicit ServedLearner(const std::function<void(FarmConfig&)>& adjust = {}) {
     FarmConfig config;
     config.learner.train = false;
     config.learner.progress_interval_s = 3600;
@@ -33,13 +43,15 @@ class ServedLearner {
     config.run_dir = (std::filesystem::temp_directory_path() /
                       ("farm-protocol-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++)))
                          .string();
+    if (adjust) adjust(config);
     run_dir_ = config.run_dir;
+    REQUIRE(ValidateConfig(config).ok());
     REQUIRE(Learner::Create(config, &learner_).ok());
     thread_ = std::thread([this] { status_ = learner_->Run(&summary_); });
   }
   ~ServedLearner() {
     Stop();
-    std::filesystem::remove_all(run_dir_);
+    (void)RemoveTree(run_dir_);  // not std::filesystem::remove_all: see RemoveTree
   }
   void Stop() {
     if (!thread_.joinable()) return;
@@ -111,6 +123,56 @@ wire::Envelope Step(uint32_t group, uint64_t seq, int64_t rows, int64_t obs_dim,
   return e;
 }
 
+// Step() with env `env` truncated (its final observation [1, obs_dim] of `final_value`s) and one finished
+// episode of return `episode_return`.
+wire::Envelope StepWithEnding(uint32_t group, uint64_t seq, int64_t rows, int64_t obs_dim, int env, float final_value,
+                              float episode_return) {
+  wire::Envelope e = Step(group, seq, rows, obs_dim, true);
+  auto* s = e.mutable_step();
+  (*s->mutable_truncated())[static_cast<std::size_t>(env)] = 1;
+  s->add_final_obs_index(env);
+  const std::vector<float> final_obs(static_cast<std::size_t>(obs_dim), final_value);
+  SetTensor(s->mutable_final_obs(), DType::kFloat32, {1, obs_dim}, final_obs.data(), final_obs.size() * 4);
+  auto* ep = s->add_episodes();
+  ep->set_episode_return(episode_return);
+  ep->set_length(10);
+  return e;
+}
+
+// Sets element `index` of a float tensor's data.
+void SetFloat(wire::Tensor* t, int64_t index, float value) {
+  std::memcpy(t->mutable_data()->data() + index * 4, &value, sizeof value);
+}
+
+// Copies of what the default logger writes while it lives (spdlog's ring buffer), to count warnings.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000)) {
+    spdlog::default_logger()->sinks().push_back(sink_);  // before any learner thread logs
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  int Count(const std::string& a, const std::string& b) const {
+    int n = 0;
+    for (const auto& line : sink_->last_formatted())
+      n += line.find(a) != std::string::npos && line.find(b) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+// One good client's step seq (first when seq is 0): answered with actions for that seq.
+void ServeGood(Client& good, uint64_t seq) {
+  good.Send(Step(0, seq, 4, 3, seq > 0));
+  const auto reply = good.Receive();
+  REQUIRE(reply.has_action());
+  CHECK(reply.action().seq() == seq);
+}
+
 }  // namespace
 
 TEST_CASE("continuous actions reach the worker clipped to the action bounds", "[learner][protocol]") {
@@ -179,6 +241,27 @@ TEST_CASE("each bad message gets an Error and a good client is not affected", "[
   e = bad.Receive();
   REQUIRE(e.has_error());
   CHECK_THAT(e.error().message(), Catch::Contains("group 7 out of range"));
+  // Row counts no group can have: the batcher counts rows before the shape is checked, and must not
+  // overflow its sums (UBSan caught none only because the I/O thread clamps them).
+  wire::Envelope huge = Step(0, 0, 4, 3, false);
+  huge.mutable_step()->mutable_obs()->set_shape(0, std::numeric_limits<int64_t>::max());
+  bad.Send(huge);
+  bad.Send(huge);
+  for (int i = 0; i < 2; ++i) {
+    e = bad.Receive();
+    REQUIRE(e.has_error());
+    CHECK_THAT(e.error().message(), Catch::Contains("StepRequest.obs: expected float32 [4, 3]"));
+  }
+  // A space whose dimensions overflow when multiplied (found by tests/fuzz): refused, not wrapped around.
+  Client other(learner.endpoint(), "overflow");
+  wire::Envelope overflow = Hello(obs, act, 8, 2, kProtocolVersion);
+  overflow.mutable_hello()->mutable_observation()->set_shape(0, (int64_t{1} << 62) + 1);
+  overflow.mutable_hello()->mutable_observation()->add_shape(4);
+  other.Send(overflow);
+  e = other.Receive();
+  REQUIRE(e.has_welcome());
+  REQUIRE_FALSE(e.welcome().accepted());
+  CHECK_THAT(e.welcome().error(), Catch::Contains("more than"));
 
   // The good client is served throughout, step after step.
   for (uint64_t seq = 0; seq < 3; ++seq) {
@@ -195,5 +278,322 @@ TEST_CASE("each bad message gets an Error and a good client is not affected", "[
   CHECK(bad.Receive().has_action());
 
   learner.Stop();
-  CHECK(learner.summary()["protocol_errors"].get<int>() == 7);
+  CHECK(learner.summary()["protocol_errors"].get<int>() == 10);
+}
+
+TEST_CASE("NaN or Inf in a request is refused with an Error naming it (learner.non_finite: reject)",
+          "[learner][protocol]") {
+  ServedLearner learner([](FarmConfig& c) { c.learner.train = true; });  // recording on: nothing bad may reach it
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  Client bad(learner.endpoint(), "nan-worker");
+  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(good.Receive().welcome().accepted());
+  bad.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(bad.Receive().welcome().accepted());
+  uint64_t good_seq = 0;
+  ServeGood(good, good_seq++);
+
+  auto refused = [&](const wire::Envelope& request, const std::string& where) {
+    bad.Send(request);
+    const auto e = bad.Receive();
+    REQUIRE(e.has_error());
+    CHECK_THAT(e.error().message(), Catch::Contains("nan-worker") && Catch::Contains(where) &&
+                                        Catch::Contains("learner.non_finite"));
+    CHECK(e.error().seq() == request.step().seq());
+    ServeGood(good, good_seq++);  // interleaved: the good client is served as before
+  };
+  // The first request's observations: row 1, element 2 is NaN.
+  wire::Envelope first = Step(0, 0, 4, 3, false);
+  SetFloat(first.mutable_step()->mutable_obs(), 5, std::nanf(""));
+  refused(first, "StepRequest.obs[5] = nan (row 1, element 2)");
+  // Refused requests are not consumed: the same seq, finite, is served.
+  bad.Send(Step(0, 0, 4, 3, false));
+  REQUIRE(bad.Receive().has_action());
+  ServeGood(good, good_seq++);
+  // A reward, a truncated env's final observation, an episode's return.
+  wire::Envelope reward = Step(0, 1, 4, 3, true);
+  SetFloat(reward.mutable_step()->mutable_reward(), 2, std::numeric_limits<float>::infinity());
+  refused(reward, "StepRequest.reward[2] = inf");
+  refused(StepWithEnding(0, 1, 4, 3, 1, -std::numeric_limits<float>::infinity(), 5.f),
+          "StepRequest.final_obs[0] = -inf (row 0, element 0)");
+  refused(StepWithEnding(0, 1, 4, 3, 1, 0.5f, std::nanf("")), "StepRequest.episodes.episode_return[0] = nan");
+  // The same step, all finite, goes through.
+  bad.Send(StepWithEnding(0, 1, 4, 3, 1, 0.5f, 7.f));
+  REQUIRE(bad.Receive().has_action());
+
+  learner.Stop();
+  const auto& s = learner.summary();
+  CHECK(s["non_finite_rejected"].get<int>() == 4);
+  CHECK(s["non_finite_sanitized"].get<int>() == 0);
+  CHECK(s["protocol_errors"].get<int>() == 4);
+  // Recorded: the good client's 5 steps with results and the bad one's 1, 4 envs each; the one episode.
+  CHECK(s["env_steps"].get<int>() == (5 + 1) * 4);
+  CHECK(s["episodes"].get<int>() == 1);
+  CHECK(s["mean_return_100"].get<double>() == 7.0);
+}
+
+TEST_CASE("NaN or Inf is replaced by 0 with one warning per worker and interval (learner.non_finite: sanitize)",
+          "[learner][protocol]") {
+  LogCapture log;
+  ServedLearner learner([](FarmConfig& c) {
+    c.learner.train = true;
+    c.learner.non_finite = "sanitize";
+  });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  Client bad(learner.endpoint(), "inf-worker");
+  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(good.Receive().welcome().accepted());
+  bad.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(bad.Receive().welcome().accepted());
+  uint64_t good_seq = 0;
+  ServeGood(good, good_seq++);
+
+  auto served = [&](const wire::Envelope& request) {
+    bad.Send(request);
+    const auto reply = bad.Receive();
+    REQUIRE(reply.has_action());
+    CHECK(reply.action().seq() == request.step().seq());
+    const auto* a = reinterpret_cast<const int64_t*>(reply.action().action().data().data());
+    for (int i = 0; i < 4; ++i) CHECK((a[i] >= 0 && a[i] < 4));
+    ServeGood(good, good_seq++);
+  };
+  wire::Envelope first = Step(0, 0, 4, 3, false);
+  SetFloat(first.mutable_step()->mutable_obs(), 0, std::nanf(""));
+  SetFloat(first.mutable_step()->mutable_obs(), 11, -std::numeric_limits<float>::infinity());
+  served(first);  // 2 values
+  wire::Envelope second = StepWithEnding(0, 1, 4, 3, 2, std::nanf(""), std::numeric_limits<float>::infinity());
+  SetFloat(second.mutable_step()->mutable_reward(), 3, std::nanf(""));
+  served(second);  // 3 (final obs) + 1 (reward) + 1 (episode return)
+  served(Step(0, 2, 4, 3, true));
+
+  learner.Stop();
+  const auto& s = learner.summary();
+  CHECK(s["non_finite_sanitized"].get<int>() == 2 + 3 + 1 + 1);
+  CHECK(s["non_finite_rejected"].get<int>() == 0);
+  CHECK(s["protocol_errors"].get<int>() == 0);
+  CHECK(s["env_steps"].get<int>() == 2 * 4 + 3 * 4);  // the bad client's 2 steps with results, the good one's 3
+  CHECK(s["episodes"].get<int>() == 1);
+  CHECK(s["mean_return_100"].get<double>() == 0.0);  // the infinite return, replaced by 0
+  // Two requests with non-finite values, one warning naming the worker (rate-limited), none for the good one.
+  CHECK(log.Count("inf-worker", "non-finite") == 1);
+  CHECK(log.Count("good", "non-finite") == 0);
+}
+
+TEST_CASE("duplicated seqs and unknown message types get an Error each and are counted", "[learner][protocol]") {
+  ServedLearner learner;
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(good.Receive().welcome().accepted());
+  Client odd(learner.endpoint(), "odd");
+  odd.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(odd.Receive().welcome().accepted());
+  uint64_t good_seq = 0;
+  ServeGood(good, good_seq++);
+
+  auto error = [&](const std::string& bytes, const std::string& expected) {
+    odd.SendRaw(bytes);
+    const auto e = odd.Receive();
+    REQUIRE(e.has_error());
+    CHECK_THAT(e.error().message(), Catch::Contains(expected));
+    ServeGood(good, good_seq++);
+  };
+  // Two requests of group 1 served, then each sent again: duplicates, refused, and nothing recorded twice.
+  for (uint64_t seq = 0; seq < 2; ++seq) {
+    odd.Send(Step(1, seq, 4, 3, seq > 0));
+    REQUIRE(odd.Receive().has_action());
+  }
+  error(Encode(Step(1, 1, 4, 3, true)), "group 1: seq 1 out of order (expected 2): a duplicate");
+  error(Encode(Step(1, 0, 4, 3, false)), "group 1: seq 0 out of order (expected 2): a duplicate");
+  // An empty envelope (no body set).
+  error(std::string(), "message has no body");
+  // A message type from a future protocol: field 20 of Envelope, which this version does not know.
+  error(std::string("\xa2\x01\x02\x08\x01", 5), "message has no body");
+  // A message that only the learner sends.
+  wire::Envelope welcome;
+  welcome.mutable_welcome()->set_accepted(true);
+  error(Encode(welcome), "unexpected message type");
+  wire::Envelope stop;
+  stop.mutable_stop()->set_reason("no");
+  error(Encode(stop), "unexpected message type");
+  // Still in order after all of that.
+  odd.Send(Step(1, 2, 4, 3, true));
+  REQUIRE(odd.Receive().has_action());
+
+  learner.Stop();
+  CHECK(learner.summary()["protocol_errors"].get<int>() == 6);
+  CHECK(learner.summary()["env_steps"].get<int>() == 4 * static_cast<int>(good_seq - 1) + 2 * 4);
+}
+
+TEST_CASE("an oversized message costs its sender the connection, not the learner or others",
+          "[learner][protocol]") {
+  ServedLearner learner([](FarmConfig& c) {
+    c.transport.max_message_bytes = 8192;
+    c.transport.heartbeat_interval_s = 0.1;
+    c.transport.heartbeat_timeout_s = 0.5;
+  });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(good.Receive().welcome().accepted());
+  uint64_t good_seq = 0;
+  ServeGood(good, good_seq++);
+
+  // A layout whose requests could exceed the limit is refused at the handshake, naming the key.
+  Client wide(learner.endpoint(), "wide");
+  wide.Send(Hello(Space::Box({200}, {-1.f}, {1.f}), act, 8, 1, kProtocolVersion));  // 8 x 200 floats, twice
+  const auto refusal = wide.Receive();
+  REQUIRE(refusal.has_welcome());
+  REQUIRE_FALSE(refusal.welcome().accepted());
+  CHECK_THAT(refusal.welcome().error(), Catch::Contains("transport.max_message_bytes (8192)"));
+
+  // A worker that joins, then sends more than the limit: ZeroMQ drops its connection, the message with it.
+  Client big(learner.endpoint(), "big");
+  big.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(big.Receive().welcome().accepted());
+  wire::Envelope huge = Step(0, 0, 4, 3, false);
+  huge.mutable_step()->mutable_obs()->mutable_data()->append(20000, '\0');
+  big.Send(huge);
+  // The good client goes on being served; "big", silent from now on, is dropped after the heartbeat timeout.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    ServeGood(good, good_seq++);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  learner.Stop();
+  const auto& s = learner.summary();
+  CHECK(s["workers_lost"].get<int>() == 1);       // "big", by the heartbeat timeout
+  CHECK(s["workers_active"].get<int>() == 1);     // "good"
+  CHECK(s["connections_closed"].get<int>() >= 1);  // the dropped connection, seen by the monitor
+  CHECK(s["protocol_errors"].get<int>() == 1);    // the refused handshake; the oversized message never arrived
+}
+
+namespace {
+
+// A multi-agent Step: `rows` agent rows with a [rows, 2, 2] global state of `state_value`; with results, the
+// rows in `truncated_rows` are truncated, each with a final observation and a final global state.
+wire::Envelope TeamStep(uint32_t group, uint64_t seq, int64_t rows, float state_value,
+                        const std::vector<int>& truncated_rows = {}) {
+  wire::Envelope e = Step(group, seq, rows, 3, seq > 0);
+  auto* s = e.mutable_step();
+  const std::vector<float> state(static_cast<std::size_t>(rows * 4), state_value);
+  SetTensor(s->mutable_global_state(), DType::kFloat32, {rows, 2, 2}, state.data(), state.size() * 4);
+  if (seq > 0 && !truncated_rows.empty()) {
+    const auto k = static_cast<int64_t>(truncated_rows.size());
+    for (int row : truncated_rows) {
+      (*s->mutable_truncated())[static_cast<std::size_t>(row)] = 1;
+      s->add_final_obs_index(row);
+    }
+    const std::vector<float> final_obs(static_cast<std::size_t>(k * 3), 0.1f);
+    SetTensor(s->mutable_final_obs(), DType::kFloat32, {k, 3}, final_obs.data(), final_obs.size() * 4);
+    const std::vector<float> final_state(static_cast<std::size_t>(k * 4), 0.75f);
+    SetTensor(s->mutable_final_global_state(), DType::kFloat32, {k, 2, 2}, final_state.data(), final_state.size() * 4);
+    s->add_episodes()->set_episode_return(1.0f);
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("a multi-agent worker's global states reach the centralised critic; steps count envs and agents",
+          "[learner][protocol][multi_agent]") {
+  // Training, so that states are stored, bootstrapped and trained on: 2 steps per rollout.
+  ServedLearner learner([](FarmConfig& c) {
+    c.learner.train = true;
+    c.ppo.rollout_length = 2;
+    c.ppo.hidden_sizes = {8};
+  });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(2);
+  const Space state = Space::Box({2, 2}, {0.f}, {1.f});
+  // 4 envs of 3 agents in 2 groups: 6 rows per request, with a [2, 2] state per row.
+  Client team(learner.endpoint(), "team");
+  wire::Envelope hello = Hello(obs, act, 4, 2, kProtocolVersion);
+  hello.mutable_hello()->set_num_agents(3);
+  ToWire(state, hello.mutable_hello()->mutable_global_state());
+  team.Send(hello);
+  const auto welcome = team.Receive();
+  INFO(welcome.welcome().error());
+  REQUIRE(welcome.welcome().accepted());
+  // seq 0 and 1 of both groups are answered at once; seq 2 fills the rollout, so its answers come after
+  // the update (sync mode). Group 0's env 1 (rows 3-5) is truncated at seq 2: its final state bootstraps.
+  for (uint64_t seq = 0; seq < 3; ++seq) {
+    for (uint32_t group = 0; group < 2; ++group)
+      team.Send(TeamStep(group, seq, 6, 0.25f, seq == 2 && group == 0 ? std::vector<int>{3, 4, 5}
+                                                                       : std::vector<int>{}));
+    for (int i = 0; i < 2; ++i) {
+      const auto reply = team.Receive();
+      INFO(reply.DebugString());
+      REQUIRE(reply.has_action());
+      CHECK(reply.action().seq() == seq);
+      CHECK(CheckTensor(reply.action().action(), DType::kInt64, {6}, "action").ok());  // an action per agent row
+    }
+  }
+  // A state of the wrong shape, a request without one, and final observations without final states.
+  auto refused = [&](wire::Envelope step, const std::string& what) {
+    team.Send(step);
+    const auto error = team.Receive();
+    REQUIRE(error.has_error());
+    CHECK_THAT(error.error().message(), Catch::Contains(what));
+  };
+  wire::Envelope wrong = TeamStep(1, 3, 6, 0.5f);
+  const std::vector<float> small(6 * 3, 0.5f);
+  SetTensor(wrong.mutable_step()->mutable_global_state(), DType::kFloat32, {6, 3}, small.data(), small.size() * 4);
+  refused(wrong, "StepRequest.global_state: expected float32 [6, 2, 2], got float32 [6, 3]");
+  wire::Envelope missing = TeamStep(1, 3, 6, 0.5f);
+  missing.mutable_step()->clear_global_state();
+  refused(missing, "StepRequest.global_state: expected float32 [6, 2, 2]");
+  wire::Envelope no_final = TeamStep(1, 3, 6, 0.5f, {0, 1, 2});
+  no_final.mutable_step()->clear_final_global_state();
+  refused(no_final, "StepRequest.final_global_state: expected float32 [3, 2, 2]");
+  // The agents of one env with different states (the critic runs once per env).
+  wire::Envelope split = TeamStep(1, 3, 6, 0.5f);
+  SetFloat(split.mutable_step()->mutable_global_state(), 5, 0.9f);  // row 1 (agent 1 of env 0), element 1
+  refused(split, "StepRequest.global_state: rows 1 and 0 differ");
+  // A request with a row per env rather than per agent is refused.
+  refused(TeamStep(0, 3, 2, 0.5f), "StepRequest.obs: expected float32 [6, 3]");
+
+  // Other workers must bring the same team and state: another agent count, another state, or none.
+  auto refused_hello = [&](const std::string& id, uint32_t agents, const std::optional<Space>& s,
+                           const std::string& what) {
+    Client other(learner.endpoint(), id);
+    wire::Envelope h = Hello(obs, act, 4, 2, kProtocolVersion);
+    h.mutable_hello()->set_num_agents(agents);
+    if (s) ToWire(*s, h.mutable_hello()->mutable_global_state());
+    other.Send(h);
+    const auto refusal = other.Receive();
+    REQUIRE(refusal.has_welcome());
+    REQUIRE_FALSE(refusal.welcome().accepted());
+    CHECK_THAT(refusal.welcome().error(), Catch::Contains(what));
+  };
+  refused_hello("pair", 2, state, "2 agent(s) per env and global state Box(float32, shape=[2, 2])");
+  refused_hello("big-state", 3, Space::Box({3, 3}, {0.f}, {1.f}),
+                "this run's workers have 3 and Box(float32, shape=[2, 2])");
+  refused_hello("no-state", 3, std::nullopt, "global state none");
+
+  // A worker of protocol 1 (before multi-agent envs) is told why it is refused.
+  Client old(learner.endpoint(), "old");
+  old.Send(Hello(obs, act, 4, 2, 1));
+  const auto refusal = old.Receive();
+  REQUIRE(refusal.has_welcome());
+  REQUIRE_FALSE(refusal.welcome().accepted());
+  CHECK_THAT(refusal.welcome().error(), Catch::Contains("protocol version 1 is not supported (expected 2)"));
+
+  learner.Stop();
+  const auto& s = learner.summary();
+  INFO(s.dump());
+  CHECK(s["updates"].get<int>() == 1);
+  // Two steps of results per group: 2 x 2 groups x 2 envs = 8 env steps, x 3 agents = 24 agent steps.
+  CHECK(s["env_steps"].get<int64_t>() == 8);
+  CHECK(s["agent_steps"].get<int64_t>() == 24);
+  CHECK(s["num_agents"].get<int>() == 3);
+  CHECK(s["num_envs"].get<int>() == 4);
+  CHECK(s["episodes"].get<int>() == 1);
 }

@@ -36,8 +36,11 @@ ip -n "$ns_w" link set "${tag}b" up
 
 config="$root/configs/cartpole.yaml"
 common=(--set total_env_steps=20000 --set stop_at_target=false --set learner.progress_interval_s=100)
+# A non-loopback bind needs transport.curve or an explicit transport.insecure: plain TCP here (tests/curve_test.sh
+# covers CURVE).
 ip netns exec "$ns_l" "$build_dir/learner/farm-learner" --config "$config" "${common[@]}" \
-  --set "transport.bind=tcp://$addr_l:5555" --set "run_dir=$tmp/run" --endpoint-file "$tmp/endpoint" &
+  --set "transport.bind=tcp://$addr_l:5555" --set transport.insecure=true --set "run_dir=$tmp/run" \
+  --endpoint-file "$tmp/endpoint" &
 learner=$!
 pids+=("$learner")
 for _ in $(seq 300); do [ -s "$tmp/endpoint" ] && break; sleep 0.1; done

@@ -66,6 +66,28 @@ TEST_CASE("GAE with lambda = 1 and no dones is the discounted return minus the v
   RequireClose(gae.advantages, T2({{1.75f}, {1.5f}, {2.0f}}));
 }
 
+TEST_CASE("ClipGradNormOnDevice matches clip_grad_norm_, clipping and not clipping", "[ppo]") {
+  torch::manual_seed(3);
+  for (double max_norm : {0.5, 1e6}) {
+    std::vector<torch::Tensor> a, b;
+    for (auto shape : {std::vector<int64_t>{4, 3}, std::vector<int64_t>{3}, std::vector<int64_t>{2, 2, 2}}) {
+      auto p = torch::randn(shape).requires_grad_(true);
+      p.mutable_grad() = torch::randn(shape) * 3;
+      auto q = p.detach().clone().requires_grad_(true);
+      q.mutable_grad() = p.grad().clone();
+      a.push_back(p);
+      b.push_back(q);
+    }
+    a.push_back(torch::zeros({2}).requires_grad_(true));  // no grad: skipped by both
+    b.push_back(torch::zeros({2}).requires_grad_(true));
+    const double want = torch::nn::utils::clip_grad_norm_(a, max_norm);
+    const torch::Tensor got = ClipGradNormOnDevice(b, max_norm);
+    CHECK(got.scalar_type() == torch::kFloat64);
+    CHECK(got.item<double>() == Approx(want).epsilon(1e-6));
+    for (std::size_t i = 0; i + 1 < a.size(); ++i) CHECK(torch::allclose(a[i].grad(), b[i].grad(), 1e-6, 1e-7));
+  }
+}
+
 TEST_CASE("GAE rejects mismatched shapes", "[ppo]") {
   const torch::Tensor r = torch::zeros({3, 2});
   REQUIRE_THROWS_AS(ComputeGae(r, torch::zeros({3, 1}), r, torch::zeros({2}), 0.9, 0.9), std::invalid_argument);

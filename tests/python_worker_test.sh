@@ -91,11 +91,11 @@ start_learner() {
   endpoint="$(cat "$tmp/endpoint")"
   echo "learner on $endpoint"
 }
-# start_worker INDEX FACTORY: a Python worker with 8 envs in 2 groups.
+# start_worker INDEX FACTORY [ARGS...]: a Python worker with 8 envs in 2 groups.
 start_worker() {
   FARM_PYTHON_PATH="$proto_dir" "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
     --env-module "$root/tests/python/cue_env.py:$2" --num-envs 8 --groups 2 --seed 7 --index "$1" \
-    --give-up-s 60 --stats-file "$tmp/worker-$1.json" &
+    --give-up-s 60 --stats-file "$tmp/worker-$1.json" "${@:3}" &
   worker_pids+=($!)
 }
 # wait_all: the learner, then every worker; each must exit 0 (workers end on the learner's Stop).
@@ -152,4 +152,28 @@ assert s["env"] == "ContinuousCueEnv" and s["workers"] == 1, s
 assert s["protocol_errors"] == 0 and s["env_steps"] >= 2000, s
 assert w["env_steps"] >= 2000 and w["stop_reason"], w
 print("ok: continuous actions")
+PY
+
+# 3. CURVE (docs/OPERATIONS.md, "Security: CURVE keys"): a Python worker without keys is told at once that the
+# learner requires CURVE; one whose public key the learner lists trains.
+keys="$tmp/keys"
+for name in learner py-worker; do "$build_dir/tools/farm-keygen" "$keys" "$name" > /dev/null; done
+rm -f "$tmp"/worker-*.json
+start_learner "$tmp/run_curve" total_env_steps=2000 stop_at_target=false transport.curve=true \
+  "transport.curve_learner_secret_key_file=$keys/learner.key" "transport.curve_authorized_keys=$keys/py-worker.pub"
+rc=0
+FARM_PYTHON_PATH="$proto_dir" timeout 30 "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+  --env-module "$root/tests/python/cue_env.py:make" --index 5 --give-up-s 20 > "$tmp/plain.log" 2>&1 || rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "requires CURVE" "$tmp/plain.log"; then
+  cat "$tmp/plain.log"; echo "FAIL: a Python worker without CURVE keys: expected status 1 and 'requires CURVE'" >&2; exit 1
+fi
+echo "ok: $(grep "requires CURVE" "$tmp/plain.log")"
+start_worker 0 make --curve-worker-secret-key-file "$keys/py-worker.key" --curve-learner-public-key-file "$keys/learner.pub"
+wait_all
+"$py" - "$tmp/run_curve" <<'PY'
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+print("curve summary: workers", s["workers"], "steps", s["env_steps"], "auth_refused", s["auth_refused"])
+assert s["workers"] == 1 and s["env_steps"] >= 2000 and s["protocol_errors"] == 0, s
+print("ok: a Python worker with a listed CURVE key trained")
 PY

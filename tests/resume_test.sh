@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # kill -9 the learner in the middle of training and restart it with --resume:
-# the workers reconnect on their own, the counters continue from the latest
-# checkpoint, and the run goes on to its step budget.
+# the workers reconnect on their own, the counters, the 100-episode window and
+# the wall clock continue from the latest checkpoint, and the run goes on to
+# its step budget. Then `scripts/farm run --resume RUN_DIR` continues the
+# finished run further (with an override), and refuses directories it cannot
+# resume; farm-learner --resume falls back to the checkpoint's stored config.
 # Usage: resume_test.sh BUILD_DIR
 set -euo pipefail
 build_dir="$1"
@@ -39,7 +42,7 @@ pids+=("$learner")
 wait "$learner"
 for p in "${pids[@]:1}"; do wait "$p" || { echo "a worker failed"; cat "$tmp"/worker-*.log | tail -20; exit 1; }; done
 python3 - "$run" "$before" "$tmp" <<'PY'
-import json, os, sys
+import json, os, re, sys
 run, before, tmp = sys.argv[1], sys.argv[2].strip(), sys.argv[3]
 s = json.load(open(os.path.join(run, "summary.json")))
 print("summary:", json.dumps(s))
@@ -49,12 +52,80 @@ assert s["updates"] > resumed_updates, (s["updates"], resumed_updates)
 assert s["workers_active"] == 2, s  # abandoned handshakes may show as lost workers
 rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
 updates = [r["update"] for r in rows]
-# The rows after the restart continue the update count from the checkpoint.
-restart = next(i for i in range(1, len(rows)) if rows[i]["update"] <= rows[i - 1]["update"])
-assert rows[restart]["update"] == resumed_updates + 1, (rows[restart]["update"], resumed_updates)
+# The rows after the restart continue the update count from the checkpoint. The killed learner may have
+# written rows past its last checkpoint (repeated after the restart) or none (killed just after it), so the
+# restart is the last row of update resumed_updates + 1.
+restart = max(i for i, r in enumerate(rows) if r["update"] == resumed_updates + 1)
+assert rows[restart - 1]["update"] >= resumed_updates, (rows[restart - 1]["update"], resumed_updates)
+assert updates[restart:] == list(range(resumed_updates + 1, s["updates"] + 1)), updates[restart:]
 assert rows[restart]["env_steps"] > rows[0]["env_steps"]
+# The episode window and counters continue: the restored count is at least the count the run had when it
+# handed off update `resumed_updates` (the row of the update before), and the window is not empty.
+log = open(os.path.join(tmp, "learner2.log")).read()
+m = re.search(r"resumed \S+: (\d+) env steps, (\d+) updates, policy version \d+, (\d+) episodes "
+              r"\(window of (\d+), mean return ([-\d.]+)\)", log)
+assert m, log[-2000:]
+episodes, window = int(m.group(3)), int(m.group(4))
+before_row = next(r for r in rows[:restart] if r["update"] == resumed_updates - 1)
+assert episodes >= before_row["episodes"] > 0, (episodes, before_row["episodes"])
+assert 0 < window <= 100 and window == min(100, episodes), (window, episodes)
+assert rows[restart]["episodes"] >= episodes, (rows[restart]["episodes"], episodes)
+assert rows[restart]["mean_return_100"] is not None
+assert rows[restart]["wall_seconds"] > before_row["wall_seconds"], "wall_seconds continues after --resume"
+assert "written by an older version" not in log, "a new checkpoint holds the whole run state"
 for i in (0, 1):
     w = json.load(open(os.path.join(tmp, f"worker-{i}.json")))
     assert w["reconnects"] >= 1, w
-print("ok: resumed from update", resumed_updates, "to", s["updates"], "with", s["env_steps"], "env steps")
+print("ok: resumed from update", resumed_updates, "to", s["updates"], "with", s["env_steps"], "env steps;",
+      episodes, "episodes restored, a window of", window)
 PY
+
+# scripts/farm run --resume RUN_DIR: the finished run goes on to a larger budget (an override), from its final
+# checkpoint, with the run's own config.yaml.
+updates_before="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["updates"])' "$run/summary.json")"
+FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 "$root/scripts/farm" run --resume "$run" --workers 1 \
+  --set total_env_steps=48000 > "$tmp/farm3.log" 2>&1 || { echo "scripts/farm run --resume failed"; tail -30 "$tmp/farm3.log"; exit 1; }
+python3 - "$run" "$updates_before" "$tmp/farm3.log" <<'PY'
+import json, os, sys
+run, updates_before, log = sys.argv[1], int(sys.argv[2]), open(sys.argv[3]).read()
+s = json.load(open(os.path.join(run, "summary.json")))
+assert s["env_steps"] >= 48000, s["env_steps"]
+assert s["updates"] > updates_before, (s["updates"], updates_before)
+assert "total_env_steps: 40000 -> 48000" in log, "the learner reports the changed key: " + log[-2000:]
+rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+assert rows[-1]["update"] == s["updates"]
+print("ok: scripts/farm run --resume went on from update", updates_before, "to", s["updates"])
+PY
+
+# Directories that cannot be resumed: said so, nothing started.
+mkdir -p "$tmp/empty"
+if FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 "$root/scripts/farm" run --resume "$tmp/empty" > "$tmp/farm4.log" 2>&1; then
+  echo "scripts/farm run --resume of an empty directory succeeded"; exit 1
+fi
+grep -q "has no config.yaml" "$tmp/farm4.log" || { cat "$tmp/farm4.log"; exit 1; }
+cp "$run/config.yaml" "$tmp/empty/config.yaml"
+if FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 "$root/scripts/farm" run --resume "$tmp/empty" > "$tmp/farm4.log" 2>&1; then
+  echo "scripts/farm run --resume without checkpoints succeeded"; exit 1
+fi
+grep -q "has no checkpoint" "$tmp/farm4.log" || { cat "$tmp/farm4.log"; exit 1; }
+# Checkpoints whose checksums all fail: the learner refuses to start, naming the directory.
+mkdir -p "$tmp/empty/checkpoints"
+head -c 100 "$run/checkpoints/$(cat "$run/checkpoints/latest")" > "$tmp/empty/checkpoints/ckpt-00000001.pt"
+if "$build_dir/learner/farm-learner" --resume "$tmp/empty" > "$tmp/learner5.log" 2>&1; then
+  echo "farm-learner --resume with no valid checkpoint started"; exit 1
+fi
+grep -q "nothing to resume" "$tmp/learner5.log" || { cat "$tmp/learner5.log"; exit 1; }
+
+# farm-learner --resume without config.yaml: the config stored in the checkpoint (a copy of the run, stopped
+# by SIGTERM before any worker joins).
+cp -r "$run" "$tmp/copy"
+rm "$tmp/copy/config.yaml"
+"$build_dir/learner/farm-learner" --resume "$tmp/copy" --endpoint-file "$tmp/copy.endpoint" > "$tmp/learner6.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+for _ in $(seq 300); do [ -s "$tmp/copy.endpoint" ] && break; sleep 0.1; done
+[ -s "$tmp/copy.endpoint" ] || { echo "farm-learner --resume without config.yaml did not start"; cat "$tmp/learner6.log"; exit 1; }
+kill -TERM "$learner"
+wait "$learner" || { echo "farm-learner did not stop cleanly"; cat "$tmp/learner6.log"; exit 1; }
+grep -q "no config.yaml; using the config stored in" "$tmp/learner6.log" || { cat "$tmp/learner6.log"; exit 1; }
+echo "ok: unresumable directories refused; the checkpoint's config used when config.yaml is missing"

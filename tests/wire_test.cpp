@@ -2,6 +2,11 @@
 // checks reject tensors that contradict what was announced.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
 #include "common/wire.h"
 
 using namespace farm;
@@ -139,4 +144,191 @@ TEST_CASE("FromWire rejects inconsistent spaces", "[wire]") {
   CHECK_FALSE(FromWire(d, &out).ok());
   wire::Space unknown;
   CHECK_FALSE(FromWire(unknown, &out).ok());
+}
+
+// Found by tests/fuzz/wire_decode_fuzzer: dimensions whose product overflows int64 reached
+// Space::numel() (undefined behaviour) and could wrap to a small count that the bounds then matched.
+TEST_CASE("FromWire refuses spaces whose element count overflows", "[wire]") {
+  Space out;
+  wire::Space wrap;  // (2^62 + 1) * 4 wraps to 4, and 4 bounds are given
+  wrap.set_kind(wire::Space::BOX);
+  wrap.set_dtype(wire::FLOAT32);
+  wrap.add_shape((int64_t{1} << 62) + 1);
+  wrap.add_shape(4);
+  for (int i = 0; i < 4; ++i) {
+    wrap.add_low(0);
+    wrap.add_high(1);
+  }
+  auto st = FromWire(wrap, &out);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("more than"));
+  wire::Space zero;  // 2^32 * 2^32 wraps to 0, and no bounds are given
+  zero.set_kind(wire::Space::BOX);
+  zero.set_dtype(wire::FLOAT32);
+  zero.add_shape(int64_t{1} << 32);
+  zero.add_shape(int64_t{1} << 32);
+  CHECK_FALSE(FromWire(zero, &out).ok());
+  wire::Space discrete;
+  discrete.set_kind(wire::Space::DISCRETE);
+  discrete.set_n(kMaxSpaceElements + 1);
+  CHECK_FALSE(FromWire(discrete, &out).ok());
+}
+
+TEST_CASE("CheckTensor refuses a shape whose byte count overflows", "[wire]") {
+  wire::Tensor t;  // 2^31 * 2^31 * 4 float32 = 2^66 bytes, which wraps to 0: the empty payload must not pass
+  SetTensor(&t, DType::kFloat32, {int64_t{1} << 31, int64_t{1} << 31, 4}, nullptr, 0);
+  auto st = CheckTensor(t, DType::kFloat32, {int64_t{1} << 31, int64_t{1} << 31, 4}, "final_obs");
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("too large"));
+}
+
+TEST_CASE("Decode refuses sizes protobuf cannot parse", "[wire]") {
+  wire::Envelope out;
+  const char byte = 0;
+  auto st = Decode(&byte, std::size_t{1} << 31, &out);  // refused on its size alone: nothing is read
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("larger than protobuf can parse"));
+}
+
+namespace {
+wire::Hello GoodHello() {
+  wire::Hello h;
+  h.set_protocol_version(kProtocolVersion);
+  h.set_num_envs(8);
+  h.set_num_groups(2);
+  ToWire(Space::Box({2, 3}, {-1.f}, {1.f}), h.mutable_observation());
+  ToWire(Space::Discrete(4), h.mutable_action());
+  return h;
+}
+}  // namespace
+
+TEST_CASE("CheckHello accepts a worker the learner can serve and says why not otherwise", "[wire]") {
+  Handshake hs;
+  REQUIRE(CheckHello(GoodHello(), &hs).ok());
+  CHECK(hs.group_size == 4);
+  CHECK(hs.num_groups == 2);
+  CHECK(hs.observation.numel() == 6);
+  CHECK(hs.action.is_discrete());
+
+  auto refused = [](wire::Hello h, const char* why) {
+    Handshake out;
+    const Status st = CheckHello(h, &out);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  wire::Hello h = GoodHello();
+  h.set_protocol_version(kProtocolVersion + 1);
+  refused(h, "protocol version");
+  h = GoodHello();
+  h.set_num_groups(3);
+  refused(h, "positive multiple");
+  h = GoodHello();
+  h.set_num_envs(4000000000u);  // found by the fuzzer: the group size did not fit the learner's int
+  h.set_num_groups(1);
+  refused(h, "more than one worker may have");
+  h = GoodHello();
+  ToWire(Space::Discrete(3), h.mutable_observation());
+  refused(h, "observation space must be a float32 box");
+  h = GoodHello();
+  h.mutable_action()->set_kind(wire::Space::BOX);
+  h.mutable_action()->set_dtype(wire::INT64);
+  h.mutable_action()->add_shape(1);
+  h.mutable_action()->add_low(0);
+  h.mutable_action()->add_high(1);
+  refused(h, "action space must be discrete or a float32 box");
+}
+
+TEST_CASE("CheckStepRequest holds a request to the handshake", "[wire]") {
+  const std::vector<int64_t> obs_shape{3};
+  const std::vector<uint64_t> next_seq{0, 5};
+  const std::vector<float> obs(6, 0.5f), reward(2, 1.f);
+  wire::StepRequest first;
+  first.set_first(true);
+  SetTensor(first.mutable_obs(), DType::kFloat32, {2, 3}, obs.data(), 24);
+  CHECK(CheckStepRequest(first, 2, obs_shape, next_seq).ok());
+
+  wire::StepRequest step;
+  step.set_group(1);
+  step.set_seq(5);
+  SetTensor(step.mutable_obs(), DType::kFloat32, {2, 3}, obs.data(), 24);
+  SetTensor(step.mutable_reward(), DType::kFloat32, {2}, reward.data(), 8);
+  step.set_terminated(std::string(2, '\0'));
+  step.set_truncated(std::string("\0\1", 2));
+  step.add_final_obs_index(1);
+  SetTensor(step.mutable_final_obs(), DType::kFloat32, {1, 3}, obs.data(), 12);
+  CHECK(CheckStepRequest(step, 2, obs_shape, next_seq).ok());
+
+  auto refused = [&](const wire::StepRequest& req, const char* why) {
+    const Status st = CheckStepRequest(req, 2, obs_shape, next_seq);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  wire::StepRequest bad = step;
+  bad.set_group(2);
+  refused(bad, "group 2 out of range");
+  bad = step;
+  bad.set_seq(6);
+  refused(bad, "out of order");
+  bad = step;
+  bad.set_first(true);
+  refused(bad, "'first' must be set exactly on seq 0");
+  bad = step;
+  bad.set_truncated(std::string(1, '\0'));
+  refused(bad, "terminated/truncated");
+  bad = step;
+  bad.set_final_obs_index(0, 2);
+  refused(bad, "final_obs_index 2 out of range");
+  bad = step;
+  bad.add_final_obs_index(0);  // two indices, one final observation
+  refused(bad, "StepRequest.final_obs: expected float32 [2, 3]");
+}
+
+TEST_CASE("non-finite values are found at their first index and replaced by 0, message size bound", "[wire]") {
+  // A group of 3 envs with 700-float observations: the obs tensor spans more than one 1024-float scan chunk.
+  const int64_t n = 3, dim = 700;
+  std::vector<float> obs(static_cast<std::size_t>(n * dim), 0.25f);
+  wire::StepRequest req;
+  SetTensor(req.mutable_obs(), DType::kFloat32, {n, dim}, obs.data(), obs.size() * 4);
+  const std::vector<float> reward(3, 1.f);
+  SetTensor(req.mutable_reward(), DType::kFloat32, {n}, reward.data(), 12);
+  NonFinite first;
+  CHECK_FALSE(FindNonFinite(req, &first));
+  CHECK(SanitizeNonFinite(&req) == 0);
+
+  auto set = [](wire::Tensor* t, int64_t i, float v) { std::memcpy(t->mutable_data()->data() + i * 4, &v, 4); };
+  set(req.mutable_obs(), 1500, -std::numeric_limits<float>::infinity());  // second chunk, row 2
+  set(req.mutable_obs(), 2099, std::nanf(""));
+  set(req.mutable_reward(), 0, std::numeric_limits<float>::infinity());
+  req.add_episodes()->set_episode_return(std::nanf(""));
+  REQUIRE(FindNonFinite(req, &first));
+  CHECK(first.field == "StepRequest.obs");
+  CHECK(first.index == 1500);
+  CHECK(first.ToString(dim) == "StepRequest.obs[1500] = -inf (row 2, element 100)");
+  CHECK(SanitizeNonFinite(&req) == 4);
+  CHECK_FALSE(FindNonFinite(req, &first));
+  float v = 1;
+  std::memcpy(&v, req.obs().data().data() + 2099 * 4, 4);
+  CHECK(v == 0.f);
+  CHECK(req.episodes(0).episode_return() == 0.f);
+
+  // The bound holds for the largest request: every env truncated, an episode each.
+  const Space box = Space::Box({dim}, {-1.f}, {1.f});
+  wire::Envelope e;
+  auto* big = e.mutable_step();
+  *big = req;
+  big->set_seq(std::numeric_limits<uint64_t>::max());
+  big->set_group(std::numeric_limits<uint32_t>::max());
+  big->set_terminated(std::string(n, '\1'));
+  big->set_truncated(std::string(n, '\1'));
+  for (int i = 0; i < n; ++i) big->add_final_obs_index(i);
+  SetTensor(big->mutable_final_obs(), DType::kFloat32, {n, dim}, obs.data(), obs.size() * 4);
+  big->clear_episodes();
+  for (int i = 0; i < n; ++i) {
+    auto* ep = big->add_episodes();
+    ep->set_episode_return(-1e30f);
+    ep->set_length(std::numeric_limits<int32_t>::max());
+  }
+  const int64_t bound = MaxSessionMessageBytes(n, box, Space::Discrete(2));
+  CHECK(static_cast<int64_t>(Encode(e).size()) <= bound);
+  CHECK(bound < 2 * static_cast<int64_t>(Encode(e).size()));  // generous, not wasteful
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ int Fail(const std::string& message, int code = 2) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Rollout Farm evaluation: loads RUN_DIR's latest checkpoint, acts deterministically (argmax / Gaussian mean, "
-      "box actions clipped to the bounds) on fresh envs of the run's env, and prints one JSON line with the "
+      "box actions clipped to the bounds; --sample: sampled as in training) on fresh envs of the run's env, and prints one JSON line with the "
       "return statistics of N episodes (a human summary goes to stderr)"};
   std::string run_dir;
   int episodes = 100;
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides,
                  "override a key of the run's config (e.g. env options: --set env.options.gravity=12); repeatable")
       ->allow_extra_args(false);  // one key=value per --set, so RUN_DIR may follow
+  bool sample = false;
+  app.add_flag("--sample", sample,
+               "sample actions from the policy, as in training (LibTorch's generator seeded with the env seed), "
+               "instead of its mode or mean");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
@@ -61,6 +66,11 @@ int main(int argc, char** argv) {
     if (auto s = farm::LoadConfig(run_dir + "/config.yaml", overrides, &config); !s.ok()) return Fail(s.message());
   }
   if (seed_opt->count() == 0) seed = config.seed;
+  torch::manual_seed(seed);  // --sample's draws
+  // env.normalize_obs: the policy acts on observations normalised with the checkpoint's statistics, frozen.
+  std::optional<farm::ObsTransform> normalize;
+  if (auto s = farm::LoadObsTransform(config, checkpoint, policy->observation_space().numel(), &normalize); !s.ok())
+    return Fail(s.message());
   num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
 
   std::unique_ptr<farm::EnvGroup> group;
@@ -74,7 +84,9 @@ int main(int argc, char** argv) {
 
   const farm::Space& action_space = spec.action;
   const bool discrete = action_space.is_discrete();
-  std::vector<int64_t> obs_shape = {static_cast<int64_t>(num_envs)};
+  // One row per agent (env-major); a single-agent env has a row per env. The shared policy acts on each row.
+  const int rows = group->rows();
+  std::vector<int64_t> obs_shape = {static_cast<int64_t>(rows)};
   obs_shape.insert(obs_shape.end(), spec.observation.shape.begin(), spec.observation.shape.end());
   torch::Tensor low, high;
   if (!discrete) {
@@ -90,6 +102,7 @@ int main(int argc, char** argv) {
   std::vector<double> lengths;
   returns.reserve(static_cast<std::size_t>(episodes));
   int64_t steps = 0;
+  std::vector<float> normalized(normalize ? static_cast<std::size_t>(rows * spec.observation.numel()) : 0);
   {
     c10::InferenceMode guard;
     while (static_cast<int>(returns.size()) < episodes) {
@@ -97,21 +110,28 @@ int main(int argc, char** argv) {
         return Fail(fmt::format("only {} of {} episodes finished within {} env steps (--max-steps)", returns.size(),
                                 episodes, max_steps),
                     1);
-      const torch::Tensor obs = torch::from_blob(const_cast<float*>(group->obs()), obs_shape, torch::kFloat32);
-      torch::Tensor action = policy->Act(obs, /*deterministic=*/true).action;
+      const float* raw = group->obs();
+      if (normalize) {
+        normalize->Apply(raw, normalized.data(), rows);
+        raw = normalized.data();
+      }
+      const torch::Tensor obs = torch::from_blob(const_cast<float*>(raw), obs_shape, torch::kFloat32);
+      torch::Tensor action = policy->Act(obs, /*deterministic=*/!sample).action;
       if (discrete) {
         action = action.to(torch::kInt64).contiguous();
         group->Step(action.data_ptr<int64_t>(), nullptr);
       } else {
         action =
-            torch::clamp(action.reshape({num_envs, action_space.numel()}), low, high).to(torch::kFloat32).contiguous();
+            torch::clamp(action.reshape({rows, action_space.numel()}), low, high).to(torch::kFloat32).contiguous();
         group->Step(nullptr, action.data_ptr<float>());
       }
       steps += num_envs;
-      // finished() lists the ended episodes in env order; match them to the envs that ended.
+      // finished() lists the ended episodes in env order; match them to the envs that ended (an env's flags
+      // are on each of its rows: read its first).
       std::size_t next = 0;
       for (int i = 0; i < num_envs; ++i) {
-        if (!group->terminated()[i] && !group->truncated()[i]) continue;
+        const int row = i * group->num_agents();
+        if (!group->terminated()[row] && !group->truncated()[row]) continue;
         const farm::EpisodeStat& ep = group->finished().at(next++);
         if (quota[i] > 0) {
           --quota[i];
@@ -145,7 +165,8 @@ int main(int argc, char** argv) {
                                 {"checkpoint", checkpoint},
                                 {"env_steps_trained", counters.env_steps},
                                 {"env", spec.name},
-                                {"seed", seed}};
+                                {"seed", seed},
+                                {"actions", sample ? "sampled" : "deterministic"}};
   fmt::print("{}\n", out.dump());
   fmt::print(stderr,
              "farm-eval: {} over {} episodes: return {:.2f} ± {:.2f} (min {:.2f}, max {:.2f}), mean length {:.1f}; "

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,12 @@ int main(int argc, char** argv) {
   farm::TrainingCounters counters;
   std::string checkpoint;
   if (auto s = farm::LoadPolicy(run_dir, &policy, &config, &counters, &checkpoint); !s.ok()) return Fail(s.message());
-  if (auto s = farm::ExportTorchScript(*policy, out_path); !s.ok()) return Fail(s.message(), 1);
+  // env.normalize_obs: the module normalises raw observations itself, with the checkpoint's statistics.
+  std::optional<farm::ObsTransform> normalize;
+  if (auto s = farm::LoadObsTransform(config, checkpoint, policy->observation_space().numel(), &normalize); !s.ok())
+    return Fail(s.message());
+  if (auto s = farm::ExportTorchScript(*policy, out_path, normalize ? &*normalize : nullptr); !s.ok())
+    return Fail(s.message(), 1);
   fmt::print(stderr, "farm-export: wrote {} from {} ({} env steps trained; observation {}, action {})\n", out_path,
              checkpoint, counters.env_steps, policy->observation_space().ToString(), policy->action_space().ToString());
 
@@ -65,7 +71,12 @@ int main(int argc, char** argv) {
   torch::Tensor actions;
   {
     c10::InferenceMode guard;
-    actions = policy->Act(inputs, /*deterministic=*/true).action;
+    torch::Tensor policy_in = inputs;  // raw observations, as the module takes them
+    if (normalize) {
+      policy_in = inputs.clone();
+      normalize->Apply(inputs.data_ptr<float>(), policy_in.data_ptr<float>(), samples);
+    }
+    actions = policy->Act(policy_in, /*deterministic=*/true).action;
     if (!action_space.is_discrete()) {
       actions = torch::clamp(actions.reshape({samples, action_space.numel()}),
                              torch::tensor(action_space.low, torch::kFloat32),

@@ -9,6 +9,10 @@
 
 namespace farm {
 
+void Env::state(float* /*out*/) const {
+  throw std::logic_error("this env's spec declares a global_state, but the env does not override Env::state");
+}
+
 EnvRegistry& EnvRegistry::Global() {
   // Function-local so registrations from any translation unit's static
   // initialisers find it constructed, whatever the initialisation order.

@@ -29,14 +29,22 @@ using EnvOptions = std::map<std::string, double>;
 
 struct EnvSpec {
   std::string name;
-  Space observation;  // float32 box
-  Space action;       // discrete (int64) or float32 box
+  Space observation;  // float32 box, per agent
+  Space action;       // discrete (int64) or float32 box, per agent
   int max_episode_steps = 0;  // time limit applied by EnvGroup (0: none)
   std::optional<double> reward_threshold;  // "solved" return, when the env has one
+  // Multi-agent envs: agents per env (>= 1). All agents share the spaces
+  // above; reset/step write num_agents observations and step reads
+  // num_agents actions, agent-major. Reward and termination are the team's.
+  int num_agents = 1;
+  // A float32 box describing the whole env (e.g. a map for a centralised
+  // critic), written by Env::state after every reset and step. None: no state.
+  std::optional<Space> global_state;
 };
 
-// One action, read by Env::step. Exactly one of the pointers is set:
-// `discrete` for discrete spaces, `continuous` (action.numel() floats) for boxes.
+// One step's actions, read by Env::step. Exactly one of the pointers is set:
+// `discrete` for discrete spaces (num_agents int64), `continuous` for boxes
+// (num_agents * action.numel() floats), agent a's at offset a (a * numel).
 struct ActionRef {
   const int64_t* discrete = nullptr;
   const float* continuous = nullptr;
@@ -50,11 +58,17 @@ struct StepResult {
 class Env {
  public:
   virtual ~Env() = default;
-  // Starts an episode; writes observation.numel() floats to obs.
+  // Starts an episode; writes observation.numel() floats to obs (per agent,
+  // agent-major, for num_agents > 1).
   virtual void reset(float* obs) = 0;
   // Advances one step; writes the next observation to obs. Truncation by the
   // time limit is not the env's business (EnvGroup does it).
   virtual StepResult step(const ActionRef& action, float* obs) = 0;
+  // Only for specs with a global_state: writes global_state->numel() floats
+  // describing the env as it is now (EnvGroup calls it after reset and step).
+  // The default throws std::logic_error: a spec that declares a state must
+  // come with an env that writes it.
+  virtual void state(float* out) const;
 };
 
 // A registered environment family. `default_options` names every option the

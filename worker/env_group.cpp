@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace farm {
@@ -29,6 +30,14 @@ Status CheckSpaces(const EnvSpec& spec) {
   if (spec.max_episode_steps < 0)
     return Status::InvalidArgument(
         fmt::format("env {}: max_episode_steps must be >= 0, got {}", spec.name, spec.max_episode_steps));
+  if (spec.num_agents < 1)
+    return Status::InvalidArgument(fmt::format("env {}: num_agents must be >= 1, got {}", spec.name, spec.num_agents));
+  if (spec.global_state) {
+    const Space& st = *spec.global_state;
+    if (st.is_discrete() || st.dtype != DType::kFloat32 || st.numel() <= 0)
+      return Status::InvalidArgument(
+          fmt::format("env {}: global_state must be a non-empty float32 box, got {}", spec.name, st.ToString()));
+  }
   return Status::Ok();
 }
 
@@ -64,6 +73,11 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
         fmt::format("env {}: registered under this name but its spec says '{}'", env_name, group->spec_.name));
   if (Status s = CheckSpaces(group->spec_); !s.ok()) return s;
 
+  // Row indices travel as int32 (final_obs_index).
+  if (static_cast<int64_t>(num_envs) * group->spec_.num_agents > std::numeric_limits<int32_t>::max())
+    return Status::InvalidArgument(
+        fmt::format("env {}: {} envs x {} agents is too many rows", env_name, num_envs, group->spec_.num_agents));
+
   group->envs_.reserve(static_cast<std::size_t>(num_envs));
   for (int i = 0; i < num_envs; ++i) {
     try {
@@ -77,40 +91,67 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   }
 
   const auto n = static_cast<std::size_t>(num_envs);
+  const auto rows = n * static_cast<std::size_t>(group->spec_.num_agents);
   group->obs_numel_ = group->spec_.observation.numel();
   group->action_numel_ = group->spec_.action.numel();
-  group->obs_.assign(n * static_cast<std::size_t>(group->obs_numel_), 0.0f);
-  group->reward_.assign(n, 0.0f);
-  group->terminated_.assign(n, 0);
-  group->truncated_.assign(n, 0);
+  group->state_numel_ = group->spec_.global_state ? group->spec_.global_state->numel() : 0;
+  const auto obs_numel = static_cast<std::size_t>(group->obs_numel_);
+  const auto state_numel = static_cast<std::size_t>(group->state_numel_);
+  group->obs_.assign(rows * obs_numel, 0.0f);
+  group->global_state_.assign(rows * state_numel, 0.0f);
+  group->reward_.assign(rows, 0.0f);
+  group->terminated_.assign(rows, 0);
+  group->truncated_.assign(rows, 0);
   group->episode_length_.assign(n, 0);
   group->episode_return_.assign(n, 0.0);
   // At most every env finishes in one Step: reserving that much now keeps Step
   // free of allocations.
-  group->final_obs_index_.reserve(n);
-  group->final_obs_.reserve(n * static_cast<std::size_t>(group->obs_numel_));
+  group->final_obs_index_.reserve(rows);
+  group->final_obs_.reserve(rows * obs_numel);
+  group->final_global_state_.reserve(rows * state_numel);
   group->finished_.reserve(n);
   // Start in a steppable state; a later Reset() simply starts new episodes.
-  group->Reset();
+  try {
+    group->Reset();
+  } catch (const std::logic_error& e) {
+    // An env that cannot start, such as one whose spec promises a global state
+    // it does not write (Env::state's default throws std::logic_error).
+    return Status::InvalidArgument(fmt::format("env {}: {}", env_name, e.what()));
+  }
   *out = std::move(group);
   return Status::Ok();
+}
+
+void EnvGroup::WriteState(int e) {
+  if (state_numel_ == 0) return;
+  const auto n = static_cast<std::size_t>(state_numel_);
+  float* first = global_state_.data() + static_cast<std::size_t>(e) * spec_.num_agents * n;
+  envs_[e]->state(first);
+  for (int a = 1; a < spec_.num_agents; ++a) std::copy(first, first + n, first + static_cast<std::size_t>(a) * n);
+}
+
+void EnvGroup::ResetEnv(int e) {
+  envs_[e]->reset(obs_.data() + static_cast<std::size_t>(e) * spec_.num_agents * obs_numel_);
+  WriteState(e);
 }
 
 void EnvGroup::Reset() {
   final_obs_index_.clear();
   final_obs_.clear();
+  final_global_state_.clear();
   finished_.clear();
   std::fill(reward_.begin(), reward_.end(), 0.0f);
   std::fill(terminated_.begin(), terminated_.end(), 0);
   std::fill(truncated_.begin(), truncated_.end(), 0);
   std::fill(episode_length_.begin(), episode_length_.end(), 0);
   std::fill(episode_return_.begin(), episode_return_.end(), 0.0);
-  for (std::size_t i = 0; i < envs_.size(); ++i) envs_[i]->reset(obs_.data() + i * obs_numel_);
+  for (int e = 0; e < size(); ++e) ResetEnv(e);
 }
 
 void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_actions) {
   final_obs_index_.clear();
   final_obs_.clear();
+  final_global_state_.clear();
   finished_.clear();
 
   const bool discrete = spec_.action.is_discrete();
@@ -119,42 +160,56 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
         fmt::format("EnvGroup::Step on {}: missing {} actions", spec_.name, discrete ? "discrete" : "continuous"));
   const int64_t num_choices = spec_.action.n;
   const int max_steps = spec_.max_episode_steps;
+  const int agents = spec_.num_agents;
   const int n = size();
 
-  for (int i = 0; i < n; ++i) {
-    float* row = obs_.data() + static_cast<std::size_t>(i) * obs_numel_;
+  for (int e = 0; e < n; ++e) {
+    const int first_row = e * agents;
+    float* obs = obs_.data() + static_cast<std::size_t>(first_row) * obs_numel_;
     ActionRef action;
     if (discrete) {
-      action.discrete = discrete_actions + i;
+      action.discrete = discrete_actions + first_row;
       // An out-of-range action is a learner/wire bug; envs index with it.
-      if (*action.discrete < 0 || *action.discrete >= num_choices)
-        throw std::out_of_range(fmt::format("EnvGroup::Step on {}: env {} got action {}, expected [0, {})", spec_.name,
-                                            i, *action.discrete, num_choices));
+      for (int r = first_row; r < first_row + agents; ++r)
+        if (discrete_actions[r] < 0 || discrete_actions[r] >= num_choices)
+          throw std::out_of_range(
+              agents == 1
+                  ? fmt::format("EnvGroup::Step on {}: env {} got action {}, expected [0, {})", spec_.name, e,
+                                discrete_actions[r], num_choices)
+                  : fmt::format("EnvGroup::Step on {}: row {} (env {}, agent {}) got action {}, expected [0, {})",
+                                spec_.name, r, e, r - first_row, discrete_actions[r], num_choices));
     } else {
-      action.continuous = continuous_actions + static_cast<std::size_t>(i) * action_numel_;
+      action.continuous = continuous_actions + static_cast<std::size_t>(first_row) * action_numel_;
     }
 
-    const StepResult res = envs_[i]->step(action, row);
-    const int32_t length = ++episode_length_[i];
-    episode_return_[i] += res.reward;
+    const StepResult res = envs_[e]->step(action, obs);
+    WriteState(e);
+    const int32_t length = ++episode_length_[e];
+    episode_return_[e] += res.reward;
     // Gymnasium's TimeLimit: truncation only when the env did not terminate on
     // the same step, so the learner never bootstraps past a real terminal.
     const bool terminated = res.terminated;
     const bool truncated = !terminated && max_steps > 0 && length >= max_steps;
-    reward_[i] = res.reward;
-    terminated_[i] = terminated;
-    truncated_[i] = truncated;
+    for (int r = first_row; r < first_row + agents; ++r) {
+      reward_[r] = res.reward;
+      terminated_[r] = terminated;
+      truncated_[r] = truncated;
+    }
     if (terminated || truncated) {
-      finished_.push_back(EpisodeStat{static_cast<float>(episode_return_[i]), length});
-      // A truncated episode's value is bootstrapped from its last observation,
-      // which the reset below overwrites: keep a copy.
+      finished_.push_back(EpisodeStat{static_cast<float>(episode_return_[e]), length});
+      // A truncated episode's value is bootstrapped from its last observation
+      // (and state), which the reset below overwrites: keep a copy per row.
       if (truncated) {
-        final_obs_index_.push_back(i);
-        final_obs_.insert(final_obs_.end(), row, row + obs_numel_);
+        for (int r = first_row; r < first_row + agents; ++r) final_obs_index_.push_back(r);
+        final_obs_.insert(final_obs_.end(), obs, obs + agents * obs_numel_);
+        if (state_numel_ > 0) {
+          const float* state = global_state_.data() + static_cast<std::size_t>(first_row) * state_numel_;
+          final_global_state_.insert(final_global_state_.end(), state, state + agents * state_numel_);
+        }
       }
-      envs_[i]->reset(row);
-      episode_length_[i] = 0;
-      episode_return_[i] = 0.0;
+      ResetEnv(e);
+      episode_length_[e] = 0;
+      episode_return_[e] = 0.0;
     }
   }
 }

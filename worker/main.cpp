@@ -67,6 +67,16 @@ int main(int argc, char** argv) {
                         {"round_trip_us_p50", st.RoundTripPercentile(0.50)},
                         {"round_trip_us_p99", st.RoundTripPercentile(0.99)},
                         {"max_rss_mb", farm::MaxRssMb()}};
+    if (const farm::Normalizer* n = client->normalizer()) {
+      // The statistics this worker normalised with last (env.normalize_obs / normalize_reward).
+      j["normalizer"] = {{"frozen", n->frozen()},
+                         {"obs_count", n->obs_view().count()},
+                         {"obs_mean", n->obs_view().mean()},
+                         {"obs_m2", n->obs_view().m2()},
+                         {"ret_count", n->ret_view().count()},
+                         {"ret_mean", n->ret_view().mean()},
+                         {"ret_m2", n->ret_view().m2()}};
+    }
     std::ofstream(stats_file) << j.dump() << "\n";
   }
   if (s.ok() || s.code() == farm::Status::Code::kClosed) {

@@ -30,6 +30,8 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   std::unique_ptr<WorkerClient> w(new WorkerClient());
   w->config_ = config;
   w->endpoint_ = learner_endpoint;
+  if (auto s = LoadCurveClientKeys(config.transport, &w->curve_); !s.ok()) return s;
+  if (w->curve_) spdlog::info("CURVE on; this worker's public key: {}", w->curve_->own.public_key);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   // Unique across hosts and containers (where every worker may be PID 1).
@@ -42,14 +44,30 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
     if (auto s = EnvGroup::Create(config.env.name, config.env.options, group_size, seed, &group); !s.ok()) return s;
     w->groups_.push_back(std::move(group));
   }
-  w->obs_shape_ = {group_size};  // every request carries one whole group
+  if (const auto options = NormalizerOptions::FromConfig(config); options.any()) {
+    w->normalizer_ = std::make_unique<Normalizer>(options, w->groups_[0]->obs_numel());
+    for (const auto& group : w->groups_) w->normalizer_->AddGroup(group->size(), group->num_agents());
+  }
+  // ZeroMQ drops a peer whose message is over the limit (the request would be lost, not refused): check the
+  // largest message this worker may send or receive against it now. The learner checks the same at Hello.
+  const EnvSpec& spec = w->groups_[0]->spec();
+  const int64_t group_rows = w->groups_[0]->rows();  // envs x agents: the rows of every request
+  const int64_t largest = MaxSessionMessageBytes(group_rows, spec.observation, spec.action, spec.global_state) +
+                          (w->normalizer_ ? MaxNormalizerStatsBytes(spec.observation.numel()) : 0);
+  if (largest > config.transport.max_message_bytes)
+    return Status::InvalidArgument(fmt::format(
+        "transport.max_message_bytes: {} is too small for {} envs per group of {} (observation {}): a message may "
+        "take up to {} bytes; raise it (learner and workers alike) or split env.num_envs into more env.num_groups",
+        config.transport.max_message_bytes, group_size, config.env.name, spec.observation.ToString(), largest));
+  w->obs_shape_ = {group_rows};  // every request carries one whole group, a row per agent
   const auto& obs_dims = w->groups_[0]->spec().observation.shape;
   w->obs_shape_.insert(w->obs_shape_.end(), obs_dims.begin(), obs_dims.end());
   w->next_seq_.assign(w->groups_.size(), 0);
   w->waiting_.assign(w->groups_.size(), 0);
   w->sent_at_.resize(w->groups_.size());
   w->stats_.round_trip_us.reserve(kMaxRoundTripSamples);
-  w->socket_ = MakeDealer(w->ctx_, w->identity_, learner_endpoint, config.transport);
+  w->socket_ = MakeDealer(w->ctx_, w->identity_, learner_endpoint, config.transport, w->curve_.get());
+  w->monitor_ = MonitorHandshakes(w->ctx_, w->socket_, w->identity_);
   *out = std::move(w);
   return Status::Ok();
 }
@@ -67,6 +85,9 @@ Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
   hello->set_num_groups(static_cast<uint32_t>(groups_.size()));
   ToWire(spec.observation, hello->mutable_observation());
   ToWire(spec.action, hello->mutable_action());
+  hello->set_num_agents(static_cast<uint32_t>(spec.num_agents));
+  if (spec.global_state) ToWire(*spec.global_state, hello->mutable_global_state());
+  if (normalizer_) normalizer_->options().ToWire(hello->mutable_normalization());
   socket_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
   const bool sent = SendEnvelope(socket_, env, &scratch_);
   socket_.set(zmq::sockopt::sndtimeo, static_cast<int>(config_.transport.worker_give_up_s * 1000));
@@ -76,7 +97,7 @@ Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
 
   wire::Envelope reply;
   Status status;
-  if (!ReceiveEnvelope(socket_, timeout, &reply, &status))
+  if (!ReceiveEnvelope(socket_, monitor_, curve_.get(), endpoint_, timeout, &reply, &status))
     return Status::IoError(fmt::format("no answer from the learner at {} within {:.1f} s", endpoint_,
                                        static_cast<double>(timeout.count()) / 1000));
   if (!status.ok()) return status;
@@ -85,12 +106,17 @@ Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
     return Status::Protocol(fmt::format("expected Welcome from the learner, got message type {}",
                                         static_cast<int>(reply.body_case())));
   if (!reply.welcome().accepted()) return Status::InvalidArgument("learner refused this worker: " + reply.welcome().error());
+  // The run's statistics so far (a rejoin, a resumed run, a served policy): normalise as the others do.
+  if (normalizer_ && reply.welcome().has_normalizer()) {
+    if (auto s = normalizer_->ApplyGlobal(reply.welcome().normalizer()); !s.ok())
+      return Status::Protocol("Welcome: " + s.message());
+  }
   return Status::Ok();
 }
 
 void WorkerClient::SendStep(int g, bool first) {
   const EnvGroup& group = *groups_[g];
-  const auto n = static_cast<int64_t>(group.size());
+  const auto n = static_cast<int64_t>(group.rows());
 
   auto* req = out_.mutable_step();
   req->Clear();
@@ -98,9 +124,19 @@ void WorkerClient::SendStep(int g, bool first) {
   req->set_seq(next_seq_[g]++);
   req->set_first(first);
   const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
-  SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape_, group.obs(), obs_bytes);
+  // With normalisation the normalised observations and scaled rewards; the episodes' returns stay raw.
+  const float* obs = normalizer_ ? normalizer_->obs(g) : group.obs();
+  const float* reward = normalizer_ ? normalizer_->reward(g) : group.reward();
+  const std::vector<float>& final_obs = normalizer_ ? normalizer_->final_obs(g) : group.final_obs();
+  SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape_, obs, obs_bytes);
+  if (group.state_numel() > 0) {
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), group.spec().global_state->shape.begin(), group.spec().global_state->shape.end());
+    SetTensor(req->mutable_global_state(), DType::kFloat32, shape, group.global_state(),
+              static_cast<std::size_t>(n * group.state_numel()) * sizeof(float));
+  }
   if (!first) {
-    SetTensor(req->mutable_reward(), DType::kFloat32, {n}, group.reward(), static_cast<std::size_t>(n) * sizeof(float));
+    SetTensor(req->mutable_reward(), DType::kFloat32, {n}, reward, static_cast<std::size_t>(n) * sizeof(float));
     req->set_terminated(group.terminated(), static_cast<std::size_t>(n));
     req->set_truncated(group.truncated(), static_cast<std::size_t>(n));
     const auto& idx = group.final_obs_index();
@@ -108,8 +144,13 @@ void WorkerClient::SendStep(int g, bool first) {
       req->mutable_final_obs_index()->Assign(idx.begin(), idx.end());
       std::vector<int64_t> shape{static_cast<int64_t>(idx.size())};
       shape.insert(shape.end(), group.spec().observation.shape.begin(), group.spec().observation.shape.end());
-      SetTensor(req->mutable_final_obs(), DType::kFloat32, shape, group.final_obs().data(),
-                group.final_obs().size() * sizeof(float));
+      SetTensor(req->mutable_final_obs(), DType::kFloat32, shape, final_obs.data(), final_obs.size() * sizeof(float));
+      if (group.state_numel() > 0) {
+        shape.resize(1);
+        shape.insert(shape.end(), group.spec().global_state->shape.begin(), group.spec().global_state->shape.end());
+        SetTensor(req->mutable_final_global_state(), DType::kFloat32, shape, group.final_global_state().data(),
+                  group.final_global_state().size() * sizeof(float));
+      }
     }
     for (const auto& ep : group.finished()) {
       auto* e = req->add_episodes();
@@ -117,6 +158,11 @@ void WorkerClient::SendStep(int g, bool first) {
       e->set_length(ep.length);
     }
     stats_.episodes += static_cast<int64_t>(group.finished().size());
+    // Once per rollout (ppo.rollout_length requests) per group, at the request that completes the group's
+    // part of it: this worker's statistics since its last delta. The reply brings the run's merged ones,
+    // which in sync mode hold every worker's delta of that rollout.
+    if (normalizer_ && !normalizer_->frozen() && req->seq() % static_cast<uint64_t>(config_.ppo.rollout_length) == 0)
+      normalizer_->TakeDelta(req->mutable_stats_delta());
   }
   if (!SendEnvelope(socket_, out_, &scratch_)) {
     send_failed_ = true;  // reported by the loop
@@ -133,8 +179,12 @@ Status WorkerClient::OnAction(const wire::ActionReply& reply) {
     return Status::Protocol(fmt::format("unexpected ActionReply for group {} seq {}", reply.group(), reply.seq()));
   EnvGroup& group = *groups_[g];
   const Space& action = group.spec().action;
-  const auto n = static_cast<int64_t>(group.size());
+  const auto n = static_cast<int64_t>(group.rows());  // one action per agent row
   waiting_[g] = 0;
+  if (normalizer_ && reply.has_normalizer()) {
+    if (auto s = normalizer_->ApplyGlobal(reply.normalizer()); !s.ok())
+      return Status::Protocol("ActionReply: " + s.message());
+  }
   if (stats_.round_trip_us.size() < kMaxRoundTripSamples)
     stats_.round_trip_us.push_back(
         std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - sent_at_[g]).count());
@@ -151,7 +201,8 @@ Status WorkerClient::OnAction(const wire::ActionReply& reply) {
     if (auto s = CheckTensor(reply.action(), DType::kFloat32, shape, "ActionReply.action"); !s.ok()) return s;
     group.Step(nullptr, reinterpret_cast<const float*>(reply.action().data().data()));
   }
-  stats_.env_steps += n;
+  if (normalizer_) normalizer_->OnStep(static_cast<int>(g), group);
+  stats_.env_steps += group.size();  // env steps, whatever the agents per env
   SendStep(static_cast<int>(g), /*first=*/false);
   return Status::Ok();
 }
@@ -183,6 +234,7 @@ void WorkerClient::StartGroups() {
     next_seq_[g] = 0;
     waiting_[g] = 0;
     groups_[g]->Reset();
+    if (normalizer_) normalizer_->OnReset(static_cast<int>(g), *groups_[g]);
     SendStep(static_cast<int>(g), /*first=*/true);
   }
 }
@@ -198,7 +250,8 @@ Status WorkerClient::Reconnect() {
   while (!stop_requested_.load()) {
     // A new identity per attempt: a late Welcome for an abandoned attempt must not reach this socket.
     identity_ = fmt::format("{}-c{}", base_identity_, ++connection_);
-    socket_ = MakeDealer(ctx_, identity_, endpoint_, config_.transport);  // drops whatever the old one held
+    socket_ = MakeDealer(ctx_, identity_, endpoint_, config_.transport, curve_.get());  // drops what the old one held
+    monitor_ = MonitorHandshakes(ctx_, socket_, identity_);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     const Status s = Handshake(std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));

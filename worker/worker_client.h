@@ -14,9 +14,11 @@
 #include <zmq.hpp>
 
 #include "common/config.h"
+#include "common/curve.h"
 #include "common/status.h"
 #include "farm.pb.h"
 #include "worker/env_group.h"
+#include "worker/normalizer.h"
 
 namespace farm {
 
@@ -43,6 +45,9 @@ class WorkerClient {
   Status Run();
   void RequestStop() { stop_requested_.store(true); }
   const WorkerStats& stats() const { return stats_; }
+  // With env.normalize_obs or env.normalize_reward: the observation/reward preprocessing (null otherwise).
+  // Read it only while Run() is not running.
+  const Normalizer* normalizer() const { return normalizer_.get(); }
 
  private:
   WorkerClient() = default;
@@ -58,9 +63,12 @@ class WorkerClient {
   std::string identity_;       // base_identity_, then -cN for the Nth reconnection
   int connection_ = 0;
   std::string endpoint_;
+  std::unique_ptr<CurveClientKeys> curve_;  // null without transport.curve
   zmq::context_t ctx_{1};
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // socket_'s handshake failures (a refused CURVE key, ...)
   std::vector<std::unique_ptr<EnvGroup>> groups_;
+  std::unique_ptr<Normalizer> normalizer_;  // null without normalisation; sends obs/rewards from its buffers
   std::vector<int64_t> obs_shape_;  // [group size, obs...] of every request
   std::vector<uint64_t> next_seq_;  // per group: seq of the next request
   std::vector<uint8_t> waiting_;    // per group: a request is in flight

@@ -24,7 +24,10 @@ lists, tuples, array('f') or anything with .tolist()).
 Command line:
     farm_worker.py --learner tcp://HOST:PORT --env-module MODULE:FACTORY --num-envs N
                    [--groups 2] [--seed S] [--index I] [--proto-dir DIR]
+                   [--curve-worker-secret-key-file NAME.key --curve-learner-public-key-file LEARNER.pub]
 MODULE is an importable module name or a path to a .py file; FACTORY() returns one env.
+The two CURVE options match the learner's transport.curve (docs/OPERATIONS.md,
+"Security: CURVE keys"): this worker's secret key and the learner's public key.
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ import time
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-PROTOCOL_VERSION = 1  # common/wire.h kProtocolVersion
+# common/wire.h kProtocolVersion. Version 2 added multi-agent envs and global states
+# (docs/ENVIRONMENTS.md); this worker's envs are single-agent: it leaves Hello.num_agents
+# and global_state absent, which the learner reads as one agent per env and no state.
+PROTOCOL_VERSION = 2
 _MASK64 = (1 << 64) - 1
 _LITTLE = sys.byteorder == "little"
 _MAX_ROUND_TRIP_SAMPLES = 1 << 20
@@ -119,6 +125,29 @@ def _zmq():
     except ImportError as e:
         raise WorkerError(f"cannot import zmq ({e}); install python3-zmq") from e
     return zmq
+
+
+def _read_curve_key(path: str, what: str) -> bytes:
+    """The Z85 key of a farm-keygen key file: the first word of its first line that is not
+    blank or a "# " comment (NAME.pub lines carry the name after the key)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            lines = [ln.split() for ln in f.read().splitlines()
+                     if ln.strip() and ln != "#" and not ln.startswith("# ")]
+    except OSError as e:
+        raise WorkerError(f"{what}: cannot read '{path}': {e.strerror} "
+                          "(make keys with: scripts/farm keygen DIR NAME)") from e
+    if not lines:
+        raise WorkerError(f"{what}: '{path}' holds no key")
+    key = lines[0][0]
+    if len(key) != 40:
+        raise WorkerError(f"{what}: '{path}': expected a CURVE key of 40 Z85 characters, got {len(key)} characters")
+    try:
+        import zmq.utils.z85
+        zmq.utils.z85.decode(key)
+    except (KeyError, ValueError) as e:
+        raise WorkerError(f"{what}: '{path}': the key is not Z85 text") from e
+    return key.encode("ascii")
 
 
 # --------------------------------------------------------------------------- spaces
@@ -461,9 +490,20 @@ class PythonWorker:
     def __init__(self, env_fns: Sequence[Callable[[], Any]], learner_endpoint: str, num_groups: int = 2,
                  worker_id: Optional[str] = None, seed: int = 0, give_up_s: float = 60, *,
                  index: Optional[int] = None, env_name: Optional[str] = None,
-                 max_message_bytes: int = 64 << 20, proto_dir: Optional[str] = None):
+                 max_message_bytes: int = 64 << 20, proto_dir: Optional[str] = None,
+                 curve_worker_secret_key_file: Optional[str] = None,
+                 curve_learner_public_key_file: Optional[str] = None):
         self.pb = load_proto(proto_dir)
         self.zmq = _zmq()
+        self._curve = None  # (secret, public, learner public), Z85 bytes
+        if curve_worker_secret_key_file or curve_learner_public_key_file:
+            if not (curve_worker_secret_key_file and curve_learner_public_key_file):
+                raise WorkerError("CURVE needs both this worker's secret key file and the learner's public key file")
+            if not self.zmq.has("curve"):
+                raise WorkerError(f"CURVE is not available: libzmq {self.zmq.zmq_version()} was built without it")
+            secret = _read_curve_key(curve_worker_secret_key_file, "curve worker secret key file")
+            server = _read_curve_key(curve_learner_public_key_file, "curve learner public key file")
+            self._curve = (secret, self.zmq.curve_public(secret), server)
         env_fns = list(env_fns)
         if num_groups < 1 or not env_fns or len(env_fns) % num_groups != 0:
             raise WorkerError(f"num_envs ({len(env_fns)}) must be a positive multiple of num_groups ({num_groups})")
@@ -499,6 +539,7 @@ class PythonWorker:
         self._stop_requested = False
         self._ctx = None
         self._sock = None
+        self._monitor = None  # handshake failures of _sock (a refused CURVE key, ...)
 
     # -- socket
 
@@ -517,10 +558,41 @@ class PythonWorker:
         # An absent learner is caught by the handshake's timeout instead.
         s.setsockopt(zmq.IMMEDIATE, 0)
         s.setsockopt(zmq.SNDTIMEO, int(self.give_up_s * 1000))
+        if self._curve:
+            s.curve_secretkey, s.curve_publickey, s.curve_serverkey = self._curve
+        self._monitor = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
         s.connect(self.endpoint)
         self._sock = s
 
+    def _check_handshakes(self) -> None:
+        """Raises WorkerError when a handshake failed in a way retrying cannot mend (as farm-worker)."""
+        zmq = self.zmq
+        from zmq.utils.monitor import recv_monitor_message
+        while self._monitor is not None and self._monitor.poll(0):
+            ev = recv_monitor_message(self._monitor)
+            event, value = ev["event"], ev["value"]
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                public = self._curve[1].decode() if self._curve else "(none)"
+                raise WorkerError(f"the learner at {self.endpoint} refused this worker's CURVE public key {public} "
+                                  f"(ZAP status {value}): add this worker's NAME.pub to the learner's "
+                                  "transport.curve_authorized_keys")
+            if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                    raise WorkerError(f"the learner at {self.endpoint} does not use CURVE, but CURVE keys were given"
+                                      if self._curve else
+                                      f"the learner at {self.endpoint} requires CURVE: pass "
+                                      "--curve-worker-secret-key-file and --curve-learner-public-key-file")
+                raise WorkerError(f"the ZMTP handshake with the learner at {self.endpoint} failed: "
+                                  f"protocol error {value:#x}")
+            if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self._curve:
+                raise WorkerError(f"the learner at {self.endpoint} closed the connection during the CURVE "
+                                  "handshake: is --curve-learner-public-key-file the learner's public key?")
+
     def _close(self):
+        if self._monitor is not None:
+            self._monitor.close(linger=0)  # before the context ends, or term() waits for it
+            self._monitor = None
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
@@ -555,6 +627,8 @@ class PythonWorker:
             if left <= 0:
                 raise LearnerTimeout(f"{silent_what} (the learner at {self.endpoint}, {self.give_up_s:g} s)")
             # Short slices, so that request_stop() from a signal handler is seen promptly.
+            if not self._handshaken:
+                self._check_handshakes()
             if not self._sock.poll(timeout=int(min(left, 0.5) * 1000) + 1, flags=self.zmq.POLLIN):
                 # Waiting: tell the learner we are alive (it drops workers silent for
                 # transport.heartbeat_timeout_s), as the C++ worker does.
@@ -778,6 +852,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--give-up-s", type=float, default=60, help="exit when the learner is silent this long")
     p.add_argument("--proto-dir", default=None, help="folder with farm_pb2.py (default: $FARM_PYTHON_PATH)")
     p.add_argument("--stats-file", default=None, help="write this worker's statistics (JSON) here at exit")
+    p.add_argument("--curve-worker-secret-key-file", default=None, metavar="NAME.key",
+                   help="CURVE: this worker's secret key (scripts/farm keygen); the learner must list its NAME.pub")
+    p.add_argument("--curve-learner-public-key-file", default=None, metavar="LEARNER.pub",
+                   help="CURVE: the learner's public key")
     args = p.parse_args(argv)
     prog = f"farm_worker.py {args.index}"
     if args.num_envs < 1 or args.groups < 1 or args.num_envs % args.groups:
@@ -789,7 +867,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         factory = _load_factory(args.env_module)
         worker = PythonWorker([factory] * args.num_envs, args.learner, num_groups=args.groups,
                               worker_id=args.worker_id, seed=args.seed, give_up_s=args.give_up_s,
-                              index=args.index, env_name=args.env_name, proto_dir=args.proto_dir)
+                              index=args.index, env_name=args.env_name, proto_dir=args.proto_dir,
+                              curve_worker_secret_key_file=args.curve_worker_secret_key_file,
+                              curve_learner_public_key_file=args.curve_learner_public_key_file)
     except WorkerError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,190 @@
+// CUDA graphs for acting, the trainer's CUDA stream, stream synchronisation. The CUDA parts compile only
+// against a CUDA LibTorch (FARM_WITH_CUDA); otherwise the same interface reports that CUDA is missing.
+#include "learner/cuda_graph.h"
+
+#include <ATen/autocast_mode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#ifdef FARM_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace farm {
+
+bool BuiltWithCuda() {
+#ifdef FARM_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int64_t GraphedActor::BucketRows(int64_t rows) {
+  int64_t bucket = 16;
+  while (bucket < rows) bucket *= 2;
+  return bucket;
+}
+
+#ifdef FARM_WITH_CUDA
+
+struct GraphedActor::Impl {
+  struct Bucket {
+    torch::Tensor input;  // [rows, obs_shape...] float32 on the device
+    torch::Tensor state;  // [rows, state_shape...] float32 on the device; undefined without a global state
+    ActOutput output;     // the captured forward's outputs (static buffers)
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+  };
+
+  ActorCritic policy{nullptr};
+  torch::Device device{torch::kCUDA};
+  Precision precision = Precision::kFp32;
+  std::vector<int64_t> obs_shape;
+  std::vector<int64_t> state_shape;  // empty: no global state
+  bool deterministic = false;
+  std::map<int64_t, Bucket> buckets;
+
+  ActOutput Forward(const torch::Tensor& input, const torch::Tensor& state) {
+    // The weight-cast cache must stay off while capturing: a cached cast would be a tensor the graph
+    // reads but that no replay recomputes.
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    ActOutput out;
+    {
+      AutocastGuard autocast(device, precision);
+      out = policy->Act(input, state, deterministic);
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
+    out.logp = out.logp.to(torch::kFloat32);
+    out.value = out.value.to(torch::kFloat32);
+    return out;
+  }
+
+  Bucket& Get(int64_t rows) {
+    const int64_t size = BucketRows(rows);
+    auto it = buckets.find(size);
+    if (it != buckets.end()) return it->second;
+    Bucket bucket;
+    std::vector<int64_t> shape{size};
+    shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
+    bucket.input = torch::zeros(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+    if (!state_shape.empty()) {
+      std::vector<int64_t> sshape{size};
+      sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
+      bucket.state = torch::zeros(sshape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+    }
+    c10::cuda::CUDAGuard device_guard(device);
+    // Capture on a side stream (CUDA forbids capturing the legacy default stream), after the work queued
+    // on the current stream (the input's zero fill, weight copies) has finished.
+    auto current = c10::cuda::getCurrentCUDAStream(device.index());
+    current.synchronize();
+    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    {
+      c10::cuda::CUDAStreamGuard stream_guard(side);
+      // Warm-up passes outside the capture: cuBLAS handles and workspaces, allocator growth.
+      for (int i = 0; i < 3; ++i) (void)Forward(bucket.input, bucket.state);
+      side.synchronize();
+      bucket.graph = std::make_unique<at::cuda::CUDAGraph>();
+      bucket.graph->capture_begin();
+      bucket.output = Forward(bucket.input, bucket.state);
+      bucket.graph->capture_end();
+    }
+    side.synchronize();
+    return buckets.emplace(size, std::move(bucket)).first->second;
+  }
+};
+
+Status GraphedActor::Create(ActorCritic policy, torch::Device device, Precision precision,
+                            std::vector<int64_t> obs_shape, bool deterministic, std::unique_ptr<GraphedActor>* out,
+                            std::vector<int64_t> state_shape) {
+  if (policy->has_global_state() == state_shape.empty())
+    return Status::InvalidArgument(fmt::format(
+        "learner.cuda_graphs: the policy {} a global state, but the graphs were asked for {}",
+        policy->has_global_state() ? "has" : "has no", state_shape.empty() ? "none" : fmt::format("[{}]", fmt::join(state_shape, ", "))));
+  if (!device.is_cuda())
+    return Status::InvalidArgument(fmt::format(
+        "learner.cuda_graphs: CUDA graphs need a CUDA device, but the learner runs on {} (set learner.cuda_graphs "
+        "to false, or learner.device to auto or cuda)", device.str()));
+  auto impl = std::make_unique<Impl>();
+  impl->policy = std::move(policy);
+  impl->device = device;
+  impl->precision = precision;
+  impl->obs_shape = std::move(obs_shape);
+  impl->state_shape = std::move(state_shape);
+  impl->deterministic = deterministic;
+  out->reset(new GraphedActor(std::move(impl)));
+  return Status::Ok();
+}
+
+ActOutput GraphedActor::Act(const torch::Tensor& obs, const torch::Tensor& state) {
+  const int64_t rows = obs.size(0);
+  if (impl_->state_shape.empty() == state.defined())
+    throw std::invalid_argument(state.defined() ? "GraphedActor::Act: a global state for a policy without one"
+                                                : "GraphedActor::Act: the policy's critic needs the global state");
+  Impl::Bucket& b = impl_->Get(rows);
+  b.input.narrow(0, 0, rows).copy_(obs.reshape(b.input.narrow(0, 0, rows).sizes()), /*non_blocking=*/true);
+  if (state.defined())
+    b.state.narrow(0, 0, rows).copy_(state.reshape(b.state.narrow(0, 0, rows).sizes()), /*non_blocking=*/true);
+  b.graph->replay();
+  ActOutput out;
+  out.action = b.output.action.narrow(0, 0, rows);
+  out.logp = b.output.logp.narrow(0, 0, rows);
+  out.value = b.output.value.narrow(0, 0, rows);
+  return out;
+}
+
+int GraphedActor::captured_graphs() const { return static_cast<int>(impl_->buckets.size()); }
+
+struct ScopedCudaStream::Impl {
+  torch::Device device{torch::kCUDA};
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+};
+
+ScopedCudaStream::ScopedCudaStream(torch::Device device) {
+  if (!device.is_cuda()) return;
+  impl_ = std::make_unique<Impl>();
+  impl_->device = device;
+  impl_->guard.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+}
+
+void ScopedCudaStream::Synchronize() {
+  if (impl_) c10::cuda::getCurrentCUDAStream(impl_->device.index()).synchronize();
+}
+
+void SynchronizeCurrentStream(torch::Device device) {
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
+}
+
+#else  // !FARM_WITH_CUDA
+
+struct GraphedActor::Impl {};
+
+Status GraphedActor::Create(ActorCritic, torch::Device, Precision, std::vector<int64_t>, bool,
+                            std::unique_ptr<GraphedActor>*, std::vector<int64_t>) {
+  return Status::InvalidArgument(
+      "learner.cuda_graphs: this build's LibTorch has no CUDA (Debian's LibTorch is CPU-only); set "
+      "learner.cuda_graphs to false, or build against a CUDA LibTorch");
+}
+
+ActOutput GraphedActor::Act(const torch::Tensor&, const torch::Tensor&) { return {}; }
+int GraphedActor::captured_graphs() const { return 0; }
+
+struct ScopedCudaStream::Impl {};
+ScopedCudaStream::ScopedCudaStream(torch::Device) {}
+void ScopedCudaStream::Synchronize() {}
+void SynchronizeCurrentStream(torch::Device) {}
+
+#endif  // FARM_WITH_CUDA
+
+GraphedActor::GraphedActor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GraphedActor::~GraphedActor() = default;
+ScopedCudaStream::~ScopedCudaStream() = default;
+
+}  // namespace farm

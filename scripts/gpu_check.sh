@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# GPU checks, in one run on a machine with an NVIDIA GPU and a CUDA build of PyTorch (python3 -c 'import
+# torch'), for issues 3 and 4. Never part of CI. Steps, each skipped when the time budget runs short:
+#   1. unpack the Debian packages carried in $FARM_GPU_DEBS (default .gpudeps/, made on a Debian 12 machine
+#      with `apt-get download`, see docs/OPERATIONS.md) into a private prefix; the runtime libraries in
+#      fallback/ (libzmq's own dependencies) are used only where the system lacks that library;
+#   2. build against the device's LibTorch (CUDA) in build-gpu/;
+#   3. unit tests (CUDA cases included: loss scaler fused path, CUDA graphs, streams);
+#   4. CartPole end to end in fp32, fp16, bf16 and fp32 + CUDA graphs (4 runs side by side);
+#   5. PPO update samples/s per precision for a 3x512 MLP (and the default 2x64);
+#   6. training throughput with 16 workers (async, cartpole_fast with more envs) and the GPU's busy
+#      fraction (nvidia-smi utilization.gpu sampled every 100 ms), 4 and 1 minibatches per epoch, and the
+#      time to solve with configs/cartpole_fast.yaml as it is;
+#   7. inference rows/s (plain forward loop and the learner's serving), eager vs CUDA graphs;
+#   8. matmul peak (TF32, bf16).
+# Output under $OUT (default ./gpu-out): log.txt (everything), summary.txt (one line per figure),
+# results.jsonl (benchmark JSON), detail.tgz (build, test and run logs, nvidia-smi samples).
+# Usage: scripts/gpu_check.sh [BUDGET_SECONDS]
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/gpu-out}"
+mkdir -p "$OUT"
+BUDGET="${1:-540}"
+START=$(date +%s)
+DEBS="${FARM_GPU_DEBS:-$ROOT/.gpudeps}"
+PREFIX=/tmp/farm-deps
+BUILD="${FARM_GPU_BUILD_DIR:-$ROOT/build-gpu}"
+DEV="${FARM_GPU_DEVICE:-cuda}"  # cpu: a dry run of the script's logic on a machine without a GPU
+LOG="$OUT/log.txt"
+D="$OUT/detail"
+mkdir -p "$D"
+exec > >(tee -a "$LOG") 2>&1
+trap 'tar czf "$OUT/detail.tgz" -C "$OUT" detail 2>/dev/null && rm -rf "$D"' EXIT
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+say() { echo "== [$(($(date +%s) - START)) s] $*"; }
+fig() { echo "$*" | tee -a "$OUT/summary.txt"; }
+STEPS=" ${FARM_GPU_STEPS:-tests e2e update train infer matmul} "
+# enough SECONDS STEP: whether STEP is selected and SECONDS of budget remain (says SKIP otherwise).
+enough() {
+  [[ "$STEPS" == *" $2 "* ]] || return 1
+  if [ "$(left)" -lt "$1" ]; then fig "SKIP $2 (time: $(left) s left, needs $1)"; return 1; fi
+}
+
+say "machine"
+nvidia-smi -L || true
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI, "gpus", torch.cuda.device_count())'
+g++ --version | head -1; cmake --version | head -1; nproc; command -v nvcc && nvcc --version | tail -1
+cat /etc/os-release 2>/dev/null | head -2
+
+say "dependencies from $DEBS"
+mkdir -p "$PREFIX"
+for f in "$DEBS"/*.deb; do dpkg -x "$f" "$PREFIX" || fig "FAIL unpack $f"; done
+mkdir -p "$PREFIX/fallback"
+for f in "$DEBS"/fallback/*.deb; do dpkg -x "$f" "$PREFIX/fallback" || fig "FAIL unpack $f"; done
+libdir="$PREFIX/usr/lib/x86_64-linux-gnu"
+for lib in "$PREFIX"/fallback/usr/lib/x86_64-linux-gnu/*.so.* "$PREFIX"/fallback/lib/x86_64-linux-gnu/*.so.*; do
+  [ -e "$lib" ] || continue
+  name="$(basename "$lib")"
+  # Only a library the system lacks: a Debian 12 copy must not shadow a newer system one.
+  if ! ldconfig -p | grep -q "/$name\$" && [ ! -e "$libdir/$name" ]; then ln -s "$lib" "$libdir/$name"; echo "fallback $name"; fi
+done
+export PATH="$PREFIX/usr/bin:$PATH"
+export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+protoc --version || fig "FAIL protoc"
+TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+TORCH_LIB="$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+export LD_LIBRARY_PATH="$TORCH_LIB:$LD_LIBRARY_PATH"
+ls "$(dirname "$TORCH_LIB")/include" | tr '\n' ' '; echo
+
+if [ -n "${FARM_GPU_SKIP_BUILD:-}" ]; then say "configure and build skipped (FARM_GPU_SKIP_BUILD)"; else
+say "configure"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+cuda_root=/usr/local/cuda; [ -d "$cuda_root" ] || cuda_root="$(dirname "$(dirname "$(command -v nvcc)")")"
+cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" -DCUDAToolkit_ROOT="$cuda_root" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
+  -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed" >"$D/configure.txt" 2>&1
+rc=$?
+grep -E "FARM_WITH_CUDA|CUDA|Torch|Error|error" "$D/configure.txt" | head -30
+[ $rc -eq 0 ] || { fig "FAIL configure (rc $rc)"; tail -40 "$D/configure.txt"; exit 1; }
+
+say "build"
+cmake --build "$BUILD" -j "$(nproc)" >"$D/build.txt" 2>&1
+rc=$?
+grep -E "error|Error" "$D/build.txt" | head -40
+fig "build rc $rc in $(($(date +%s) - START)) s"
+fi
+for b in learner/farm-learner worker/farm-worker bench/farm-bench; do
+  [ -x "$BUILD/$b" ] || { fig "FAIL missing $b"; tail -60 "$D/build.txt"; exit 1; }
+done
+B="$BUILD/bench/farm-bench"
+TESTS=()
+for t in "$BUILD"/tests/*_test; do [ -x "$t" ] && TESTS+=("$(basename "$t")"); done
+
+# Unit tests, one process per test binary, side by side (CTest's one process per case would pay CUDA's
+# start-up each time). The process-level tests run on the CPU machine; the learner tests here act on the GPU
+# (learner.device auto).
+if enough 60 tests; then
+  say "unit tests"
+  declare -A tpid
+  for t in "${TESTS[@]}"; do
+    [ -x "$BUILD/tests/$t" ] || { fig "FAIL $t not built"; continue; }
+    timeout 120 "$BUILD/tests/$t" >"$D/test_$t.txt" 2>&1 &
+    tpid[$t]=$!
+  done
+  for t in "${!tpid[@]}"; do
+    wait "${tpid[$t]}"; rc=$?
+    fig "test $t: rc $rc $(grep -E 'test cases|All tests passed' "$D/test_$t.txt" | tail -1)"
+    [ $rc -eq 0 ] || grep -B2 -A12 -E "FAILED|failed" "$D/test_$t.txt" | head -60
+  done
+  grep -h "skipped" "$D"/test_*.txt | sort | uniq -c
+fi
+
+# PPO update cost per precision: 3x512 MLP (where lower precision shows) and the default 2x64.
+if enough 60 update; then
+  say "PPO update samples/s"
+  for h in "512,512,512" "64,64"; do
+    for p in fp32 fp16 bf16; do
+      line="$("$B" --seconds 3 update --config configs/cartpole_fast.yaml --envs 4096 \
+        --set learner.device=$DEV --set learner.precision=$p --set "ppo.hidden_sizes=[$h]" 2>&1 | tail -1)"
+      echo "$line" >>"$OUT/results.jsonl"
+      fig "update hidden=[$h] $p: $line"
+    done
+  done
+fi
+
+# CartPole solved in each precision (sync, 2 workers, seeds as in CI), side by side on the GPU.
+if enough 150 e2e; then
+  say "CartPole end to end per precision"
+  declare -A e2e_pid
+  for v in fp32 fp16 bf16 graphs; do
+    extra=(learner.precision="$v")
+    [ "$v" = graphs ] && extra=(learner.precision=fp32 learner.cuda_graphs=true)
+    timeout $(($(left) - 60)) tests/e2e_train.sh "$BUILD" sync 7 learner.device=$DEV "${extra[@]}" \
+      >"$D/e2e_$v.txt" 2>&1 &
+    e2e_pid[$v]=$!
+  done
+  for v in fp32 fp16 bf16 graphs; do
+    wait "${e2e_pid[$v]}"; rc=$?
+    fig "e2e cartpole $v: rc $rc $(grep -E '^ok:' "$D/e2e_$v.txt")"
+    [ $rc -eq 0 ] || tail -15 "$D/e2e_$v.txt"
+  done
+fi
+
+# Training throughput with 16 workers and the GPU's busy fraction.
+train_run() {  # NAME SECONDS KEY=VALUE...
+  local name="$1" secs="$2"; shift 2
+  local dir="/tmp/farm-gpu-$name" sets=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  rm -rf "$dir"
+  local t0; t0=$(date +%s.%N)
+  FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$BUILD" timeout $((secs + 60)) scripts/farm run configs/cartpole_fast.yaml \
+    --workers 16 --set run_dir="$dir" --set learner.device=$DEV --set learner.progress_interval_s=5 "${sets[@]}" \
+    >"$D/train_$name.txt" 2>&1
+  local rc=$? t1; t1=$(date +%s.%N)
+  python3 - "$dir" "$D/nvsmi.csv" "$t0" "$t1" "$name" "$rc" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys, datetime
+run, smi, t0, t1, name, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+try:
+    s = json.load(open(run + "/summary.json"))
+except Exception as e:
+    print(f"train {name}: rc {rc}, no summary ({e})"); sys.exit(0)
+util = []
+for line in open(smi):
+    parts = [p.strip() for p in line.split(",")]
+    try:
+        ts = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except ValueError:
+        continue
+    # Skip the start-up (CUDA init, workers joining): the middle of the run, from 5 s after start.
+    if t0 + 5 <= ts <= t1 - 1:
+        util.append(float(parts[1]))
+busy = sum(util) / len(util) if util else float("nan")
+keys = ["env_steps", "wall_seconds", "sps", "mean_return_100", "solved_at_steps", "solved_at_seconds", "updates",
+        "batch_rows_avg", "device", "precision"]
+short = {k: s.get(k) for k in keys if k in s}
+times = {k: s[k] for k in s if k.startswith("time_")}
+print(f"train {name}: rc {rc} gpu_busy_mean {busy:.1f}% over {len(util)} samples; {json.dumps(short)}; {json.dumps(times)}")
+PY
+}
+if enough 100 train; then
+  say "training throughput, 16 workers"
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 \
+    >"$D/nvsmi.csv" 2>/dev/null &
+  smi_pid=$!
+  train_run fast16 30 env.num_envs=1024 batcher.max_rows=16384 stop_at_target=false total_env_steps=1000000000 \
+    max_wall_seconds=30
+  if enough 90 train; then
+    train_run fast16_mb1 30 env.num_envs=1024 batcher.max_rows=16384 stop_at_target=false \
+      total_env_steps=1000000000 max_wall_seconds=30 ppo.num_minibatches=1
+  fi
+  if enough 80 train; then
+    train_run solve16 40 max_wall_seconds=40
+  fi
+  kill "$smi_pid" 2>/dev/null
+fi
+
+if enough 40 infer; then
+  say "inference rows/s"
+  for bs in 1024 16384; do
+    for p in fp32 bf16; do
+      for g in "" --cuda-graphs; do
+        line="$("$B" --seconds 2 forward --batch $bs --device $DEV --precision $p $g 2>&1 | grep "^{" | tail -1)"
+        echo "$line" >>"$OUT/results.jsonl"; fig "forward b=$bs $p ${g:-eager}: $line"
+      done
+    done
+  done
+  for g in false true; do
+    line="$("$B" --seconds 3 serve --batch 1024 --clients 4 --set learner.device=$DEV \
+      --set learner.cuda_graphs=$g 2>&1 | grep "^{" | tail -1)"
+    echo "$line" >>"$OUT/results.jsonl"; fig "serve b=1024 graphs=$g: $line"
+  done
+fi
+
+if enough 15 matmul; then
+  for d in fp32 bf16; do
+    line="$("$B" --seconds 2 matmul --device $DEV --dtype $d --n 8192 2>&1 | tail -1)"
+    echo "$line" >>"$OUT/results.jsonl"; fig "matmul $d: $line"
+  done
+fi
+say "done"
+echo "---- summary"; cat "$OUT/summary.txt"

@@ -1,0 +1,46 @@
+// common/files.h: atomic writes and RemoveTree.
+#include "common/files.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+using namespace farm;
+
+TEST_CASE("RemoveTree removes nested contents, does not follow links, accepts a missing path", "[files]") {
+  const fs::path base = fs::temp_directory_path() / ("farm-files-test-" + std::to_string(::getpid()));
+  const fs::path outside = base.string() + "-outside";
+  fs::create_directories(base / "a" / "b");
+  fs::create_directories(outside);
+  REQUIRE(WriteFileAtomic((base / "a" / "b" / "f.txt").string(), "x").ok());
+  REQUIRE(WriteFileAtomic((base / "top.txt").string(), "y").ok());
+  REQUIRE(WriteFileAtomic((outside / "keep.txt").string(), "z").ok());
+  fs::create_directory_symlink(outside, base / "link");
+
+  REQUIRE(RemoveTree(base.string()).ok());
+  CHECK_FALSE(fs::exists(base));
+  CHECK(fs::exists(outside / "keep.txt"));  // the link went, not what it pointed to
+  CHECK(RemoveTree(base.string()).ok());    // already gone
+  REQUIRE(RemoveTree((outside / "keep.txt").string()).ok());  // a plain file
+  CHECK_FALSE(fs::exists(outside / "keep.txt"));
+  REQUIRE(RemoveTree(outside.string()).ok());
+  CHECK_FALSE(fs::exists(outside));
+}
+
+TEST_CASE("WriteFileAtomic replaces the whole file and leaves no temp file", "[files]") {
+  const fs::path dir = fs::temp_directory_path() / ("farm-files-atomic-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "f").string();
+  REQUIRE(WriteFileAtomic(path, "first version, longer").ok());
+  REQUIRE(WriteFileAtomic(path, "second").ok());
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "second");
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK_FALSE(WriteFileAtomic((dir / "missing-dir" / "f").string(), "x").ok());
+  REQUIRE(RemoveTree(dir.string()).ok());
+}

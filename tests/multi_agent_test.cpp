@@ -1,0 +1,465 @@
+// Multi-agent envs below the learner: EnvGroup's rows (agent a of env e is row
+// e * num_agents + a) and global states, the protocol-2 checks of common/wire.h
+// (Hello.num_agents and global_state, StepRequest.global_state and
+// final_global_state), and a real WorkerClient's messages to a stand-in
+// learner. No LibTorch.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/wire.h"
+#include "worker/env.h"
+#include "worker/env_group.h"
+#include "worker/worker_client.h"
+
+namespace farm {
+namespace {
+
+// ---------------------------------------------------------------------------
+// A test-only team env: kAgents agents, Discrete(4) actions. Agent a observes
+// [a, t, episodes started]; the team reward is the sum of the agents' actions;
+// any agent choosing 3 terminates. Global state [2, 2]: t, episodes, the last
+// action sum, and 7. Time limit kTeamLimit.
+constexpr int kAgents = 3;
+constexpr int kTeamLimit = 4;
+
+class TeamEnv : public Env {
+ public:
+  void reset(float* obs) override {
+    t_ = 0;
+    last_sum_ = 0;
+    ++episodes_;
+    Write(obs);
+  }
+  StepResult step(const ActionRef& action, float* obs) override {
+    ++t_;
+    StepResult r;
+    last_sum_ = 0;
+    for (int a = 0; a < kAgents; ++a) {
+      last_sum_ += static_cast<int>(action.discrete[a]);
+      r.terminated = r.terminated || action.discrete[a] == 3;
+    }
+    r.reward = static_cast<float>(last_sum_);
+    Write(obs);
+    return r;
+  }
+  void state(float* out) const override {
+    out[0] = static_cast<float>(t_);
+    out[1] = static_cast<float>(episodes_);
+    out[2] = static_cast<float>(last_sum_);
+    out[3] = 7.0f;
+  }
+
+ private:
+  void Write(float* obs) const {
+    for (int a = 0; a < kAgents; ++a) {
+      obs[a * 3 + 0] = static_cast<float>(a);
+      obs[a * 3 + 1] = static_cast<float>(t_);
+      obs[a * 3 + 2] = static_cast<float>(episodes_);
+    }
+  }
+  int t_ = 0;
+  int episodes_ = 0;
+  int last_sum_ = 0;
+};
+
+EnvSpec TeamSpec(const EnvOptions& /*resolved*/) {
+  EnvSpec spec;
+  spec.observation = Space::Box({3}, {0.0f}, {1e6f});
+  spec.action = Space::Discrete(4);
+  spec.max_episode_steps = kTeamLimit;
+  spec.num_agents = kAgents;
+  spec.global_state = Space::Box({2, 2}, {0.0f}, {1e6f});
+  return spec;
+}
+
+FARM_REGISTER_ENV("TestTeam-v0", EnvOptions{}, TeamSpec,
+                  [](const EnvOptions&, uint64_t) { return std::make_unique<TeamEnv>(); });
+
+// A spec that promises a global state its env (no state() override) does not write.
+class StatelessTeamEnv : public Env {
+ public:
+  void reset(float* obs) override { std::fill(obs, obs + kAgents * 3, 0.0f); }
+  StepResult step(const ActionRef&, float* obs) override {
+    reset(obs);
+    return {};
+  }
+};
+FARM_REGISTER_ENV("TestStatelessTeam-v0", EnvOptions{}, TeamSpec,
+                  [](const EnvOptions&, uint64_t) { return std::make_unique<StatelessTeamEnv>(); });
+
+// Specs that break the multi-agent rules, picked by option "bad".
+EnvSpec BadSpec(const EnvOptions& resolved) {
+  EnvSpec spec = TeamSpec(resolved);
+  if (resolved.at("bad") == 1) spec.num_agents = 0;
+  if (resolved.at("bad") == 2) spec.global_state = Space::Discrete(3);
+  return spec;
+}
+EnvOptions BadDefaults() { return {{"bad", 0}}; }
+FARM_REGISTER_ENV("TestBadTeam-v0", BadDefaults(), BadSpec,
+                  [](const EnvOptions&, uint64_t) { return std::make_unique<TeamEnv>(); });
+
+std::unique_ptr<EnvGroup> MakeGroup(const std::string& name, int n) {
+  std::unique_ptr<EnvGroup> group;
+  const Status s = EnvGroup::Create(name, {}, n, 1, &group);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  return group;
+}
+
+std::vector<float> Floats(const float* p, std::size_t n) { return std::vector<float>(p, p + n); }
+
+std::vector<float> FloatsOf(const wire::Tensor& t) {
+  std::vector<float> out(t.data().size() / sizeof(float));
+  std::memcpy(out.data(), t.data().data(), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+// ===========================================================================
+// EnvGroup
+
+TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per row", "[multi_agent][group]") {
+  auto group = MakeGroup("TestTeam-v0", 2);
+  CHECK(group->size() == 2);
+  CHECK(group->num_agents() == kAgents);
+  CHECK(group->rows() == 6);
+  CHECK(group->state_numel() == 4);
+  // After Create's reset: row e * 3 + a holds agent a of env e.
+  for (int row = 0; row < 6; ++row) {
+    INFO("row " << row);
+    CHECK(Floats(group->obs() + row * 3, 3) == std::vector<float>{static_cast<float>(row % kAgents), 0.0f, 1.0f});
+    CHECK(Floats(group->global_state() + row * 4, 4) == std::vector<float>{0.0f, 1.0f, 0.0f, 7.0f});
+  }
+
+  // Env 0 gets actions {0, 1, 2} (sum 3), env 1 gets {2, 2, 1} (sum 5): each env reads its own rows.
+  const std::vector<int64_t> actions = {0, 1, 2, 2, 2, 1};
+  group->Step(actions.data(), nullptr);
+  for (int row = 0; row < 6; ++row) {
+    INFO("row " << row);
+    const float sum = row < 3 ? 3.0f : 5.0f;
+    CHECK(group->reward()[row] == sum);  // the team reward on every agent row
+    CHECK(group->terminated()[row] == 0);
+    CHECK(group->truncated()[row] == 0);
+    CHECK(Floats(group->obs() + row * 3, 3) == std::vector<float>{static_cast<float>(row % kAgents), 1.0f, 1.0f});
+    CHECK(Floats(group->global_state() + row * 4, 4) == std::vector<float>{1.0f, 1.0f, sum, 7.0f});
+  }
+  CHECK(group->finished().empty());
+  CHECK(group->final_obs_index().empty());
+  CHECK(group->final_global_state().empty());
+}
+
+TEST_CASE("EnvGroup: a team's termination and truncation apply to all its rows", "[multi_agent][group]") {
+  auto group = MakeGroup("TestTeam-v0", 3);
+  const std::vector<int64_t> calm(9, 1);
+  // Step 1: agent 1 of env 1 (row 4) chooses 3: env 1 terminates, on its three rows.
+  std::vector<int64_t> actions = calm;
+  actions[4] = 3;
+  group->Step(actions.data(), nullptr);
+  for (int row = 0; row < 9; ++row) {
+    INFO("row " << row);
+    CHECK(group->terminated()[row] == (row / kAgents == 1 ? 1 : 0));
+    CHECK(group->truncated()[row] == 0);
+    CHECK(group->reward()[row] == (row / kAgents == 1 ? 5.0f : 3.0f));
+  }
+  REQUIRE(group->finished().size() == 1);
+  CHECK(group->finished()[0].episode_return == 5.0f);
+  CHECK(group->finished()[0].length == 1);
+  CHECK(group->final_obs_index().empty());  // terminated: nothing to bootstrap
+  // Env 1 was reset: its rows hold episode 2's first observation and state.
+  CHECK(Floats(group->obs() + 4 * 3, 3) == std::vector<float>{1.0f, 0.0f, 2.0f});
+  CHECK(Floats(group->global_state() + 5 * 4, 4) == std::vector<float>{0.0f, 2.0f, 0.0f, 7.0f});
+
+  // Steps 2..4: envs 0 and 2 reach the time limit on step 4, env 1 (restarted) does not.
+  for (int t = 2; t <= 4; ++t) {
+    group->Step(calm.data(), nullptr);
+    if (t < 4) CHECK(group->final_obs_index().empty());
+  }
+  CHECK(group->final_obs_index() == std::vector<int32_t>{0, 1, 2, 6, 7, 8});
+  for (int row = 0; row < 9; ++row) {
+    INFO("row " << row);
+    CHECK(group->truncated()[row] == (row / kAgents == 1 ? 0 : 1));
+    CHECK(group->terminated()[row] == 0);
+  }
+  // Final observations and states per truncated row, aligned with final_obs_index.
+  REQUIRE(group->final_obs().size() == 6 * 3);
+  REQUIRE(group->final_global_state().size() == 6 * 4);
+  for (int k = 0; k < 6; ++k) {
+    INFO("final row " << k);
+    CHECK(Floats(group->final_obs().data() + k * 3, 3) ==
+          std::vector<float>{static_cast<float>(k % kAgents), 4.0f, 1.0f});
+    CHECK(Floats(group->final_global_state().data() + k * 4, 4) == std::vector<float>{4.0f, 1.0f, 3.0f, 7.0f});
+  }
+  // The rows themselves already hold the next episode.
+  CHECK(Floats(group->global_state() + 0, 4) == std::vector<float>{0.0f, 2.0f, 0.0f, 7.0f});
+  REQUIRE(group->finished().size() == 2);
+  CHECK(group->finished()[0].episode_return == 12.0f);  // 4 steps x 3
+  CHECK(group->finished()[0].length == 4);
+}
+
+TEST_CASE("EnvGroup: multi-agent specs are checked and an unwritten state is refused", "[multi_agent][group]") {
+  std::unique_ptr<EnvGroup> group;
+  Status s = EnvGroup::Create("TestStatelessTeam-v0", {}, 1, 1, &group);
+  CHECK(s.code() == Status::Code::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("global_state") && Catch::Contains("Env::state"));
+  s = EnvGroup::Create("TestBadTeam-v0", {{"bad", 1}}, 1, 1, &group);
+  CHECK_THAT(s.message(), Catch::Contains("num_agents must be >= 1, got 0"));
+  s = EnvGroup::Create("TestBadTeam-v0", {{"bad", 2}}, 1, 1, &group);
+  CHECK_THAT(s.message(), Catch::Contains("global_state must be a non-empty float32 box"));
+
+  auto team = MakeGroup("TestTeam-v0", 2);
+  std::vector<int64_t> actions(6, 0);
+  actions[5] = 4;
+  try {
+    team->Step(actions.data(), nullptr);
+    FAIL("no exception");
+  } catch (const std::out_of_range& e) {
+    CHECK_THAT(e.what(), Catch::Contains("row 5 (env 1, agent 2) got action 4, expected [0, 4)"));
+  }
+}
+
+TEST_CASE("EnvGroup: a single-agent env has rows = envs and no state", "[multi_agent][group]") {
+  auto group = MakeGroup("CartPole-v1", 4);
+  CHECK(group->num_agents() == 1);
+  CHECK(group->rows() == 4);
+  CHECK(group->state_numel() == 0);
+  CHECK_FALSE(group->spec().global_state.has_value());
+  const std::vector<int64_t> actions(4, 1);
+  group->Step(actions.data(), nullptr);
+  CHECK(group->final_global_state().empty());
+}
+
+// ===========================================================================
+// Protocol 2 checks (common/wire.h)
+
+namespace {
+wire::Hello TeamHello() {
+  wire::Hello h;
+  h.set_protocol_version(kProtocolVersion);
+  h.set_num_envs(8);
+  h.set_num_groups(2);
+  h.set_num_agents(10);
+  ToWire(Space::Box({5, 7, 7}, {0.f}, {1.f}), h.mutable_observation());
+  ToWire(Space::Discrete(5), h.mutable_action());
+  ToWire(Space::Box({3, 32, 32}, {0.f}, {1.f}), h.mutable_global_state());
+  return h;
+}
+}  // namespace
+
+TEST_CASE("CheckHello: agents per env and the global state, protocol 1 is refused by name", "[multi_agent][wire]") {
+  CHECK(kProtocolVersion == 2);
+  Handshake hs;
+  REQUIRE(CheckHello(TeamHello(), &hs).ok());
+  CHECK(hs.group_size == 4);  // envs
+  CHECK(hs.num_agents == 10);
+  CHECK(hs.group_rows == 40);
+  REQUIRE(hs.global_state.has_value());
+  CHECK(*hs.global_state == Space::Box({3, 32, 32}, {0.f}, {1.f}));
+
+  wire::Hello single = TeamHello();
+  single.clear_num_agents();
+  single.clear_global_state();
+  REQUIRE(CheckHello(single, &hs).ok());
+  CHECK(hs.num_agents == 1);  // absent: one agent per env, as every protocol-1 env
+  CHECK(hs.group_rows == hs.group_size);
+  CHECK_FALSE(hs.global_state.has_value());
+
+  auto refused = [](const wire::Hello& h, const std::string& why) {
+    Handshake out;
+    const Status st = CheckHello(h, &out);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  wire::Hello h = TeamHello();
+  h.set_protocol_version(1);  // a worker from before multi-agent envs
+  refused(h, "protocol version 1 is not supported (expected 2)");
+  h = TeamHello();
+  h.set_num_envs(1u << 18);
+  h.set_num_groups(1);
+  h.set_num_agents(8);  // 2^21 rows
+  refused(h, "num_envs x num_agents (262144 x 8) is more rows than one worker may have");
+  h = TeamHello();
+  ToWire(Space::Discrete(3), h.mutable_global_state());
+  refused(h, "global state must be a float32 box");
+  h = TeamHello();
+  h.mutable_global_state()->add_shape(0);
+  refused(h, "global state: box shape");
+}
+
+TEST_CASE("CheckStepGlobalState: [rows, state...] and final states aligned with final_obs_index",
+          "[multi_agent][wire]") {
+  const std::vector<int64_t> state_shape{2, 2};
+  const std::vector<float> state(6 * 4, 0.5f);
+  wire::StepRequest first;
+  first.set_first(true);
+  SetTensor(first.mutable_global_state(), DType::kFloat32, {6, 2, 2}, state.data(), 6 * 16);
+  CHECK(CheckStepGlobalState(first, 6, &state_shape).ok());
+
+  wire::StepRequest step;
+  step.set_seq(3);
+  SetTensor(step.mutable_global_state(), DType::kFloat32, {6, 2, 2}, state.data(), 6 * 16);
+  step.add_final_obs_index(3);
+  step.add_final_obs_index(4);
+  step.add_final_obs_index(5);
+  SetTensor(step.mutable_final_global_state(), DType::kFloat32, {3, 2, 2}, state.data(), 3 * 16);
+  CHECK(CheckStepGlobalState(step, 6, &state_shape).ok());
+
+  auto refused = [&](const wire::StepRequest& req, const std::vector<int64_t>* shape, const std::string& why) {
+    const Status st = CheckStepGlobalState(req, 6, shape);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  wire::StepRequest bad = step;
+  bad.clear_global_state();
+  refused(bad, &state_shape, "StepRequest.global_state: expected float32 [6, 2, 2]");
+  bad = step;
+  SetTensor(bad.mutable_global_state(), DType::kFloat32, {3, 2, 2}, state.data(), 3 * 16);  // per env, not per row
+  refused(bad, &state_shape, "StepRequest.global_state: expected float32 [6, 2, 2], got float32 [3, 2, 2]");
+  bad = step;
+  bad.add_final_obs_index(0);  // four final observations, three final states
+  refused(bad, &state_shape, "StepRequest.final_global_state: expected float32 [4, 2, 2]");
+  bad = step;
+  bad.clear_final_obs_index();
+  refused(bad, &state_shape, "final_global_state: sent without final_obs_index entries");
+  refused(step, nullptr, "declared no global state");
+  wire::StepRequest plain;
+  CHECK(CheckStepGlobalState(plain, 6, nullptr).ok());
+}
+
+TEST_CASE("MaxSessionMessageBytes counts the rows' global states", "[multi_agent][wire]") {
+  const Space obs = Space::Box({5, 7, 7}, {0.f}, {1.f});
+  const Space act = Space::Discrete(5);
+  const int64_t plain = MaxSessionMessageBytes(40, obs, act);
+  CHECK(MaxSessionMessageBytes(40, obs, act, std::nullopt) == plain);
+  const int64_t with_state = MaxSessionMessageBytes(40, obs, act, Space::Box({3, 32, 32}, {0.f}, {1.f}));
+  CHECK(with_state >= plain + 2 * 40 * 3 * 32 * 32 * 4);
+}
+
+// ===========================================================================
+// The worker: a WorkerClient running uav_coverage against a stand-in learner
+
+TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner's checks", "[multi_agent][worker]") {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 20000);  // a test that hangs fails instead
+  router.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+
+  FarmConfig config;
+  config.seed = 3;
+  config.env.name = "uav_coverage";
+  config.env.num_envs = 4;
+  config.env.num_groups = 2;  // 2 envs x 3 agents = 6 rows per group
+  config.env.options = {{"agents", 3}, {"grid", 6}, {"obstacles", 2}, {"window", 3}, {"max_steps", 3}};
+  std::unique_ptr<WorkerClient> client;
+  const Status created = WorkerClient::Create(config, 0, endpoint, &client);
+  INFO(created.ToString());
+  REQUIRE(created.ok());
+  Status run_status;
+  std::thread worker([&] { run_status = client->Run(); });
+  // A failed REQUIRE below leaves the scope early: stop and join the worker on the way out.
+  struct JoinOnExit {
+    WorkerClient* client;
+    std::thread* thread;
+    ~JoinOnExit() {
+      if (!thread->joinable()) return;
+      client->RequestStop();
+      thread->join();
+    }
+  } join_on_exit{client.get(), &worker};
+
+  auto receive = [&](std::string* identity, wire::Envelope* env) {
+    zmq::message_t id, body;
+    REQUIRE(router.recv(id));
+    REQUIRE(router.recv(body));
+    *identity = id.to_string();
+    REQUIRE(Decode(body.data(), body.size(), env).ok());
+  };
+  auto send = [&](const std::string& identity, const wire::Envelope& env) {
+    router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    router.send(zmq::buffer(Encode(env)), zmq::send_flags::none);
+  };
+
+  std::string identity;
+  wire::Envelope in;
+  receive(&identity, &in);
+  REQUIRE(in.has_hello());
+  Handshake hs;
+  const Status hello_ok = CheckHello(in.hello(), &hs);
+  INFO(hello_ok.ToString());
+  REQUIRE(hello_ok.ok());
+  CHECK(in.hello().env_name() == "uav_coverage");
+  CHECK(hs.num_agents == 3);
+  CHECK(hs.group_rows == 6);
+  CHECK(hs.observation.shape == std::vector<int64_t>{5, 3, 3});
+  REQUIRE(hs.global_state.has_value());
+  CHECK(hs.global_state->shape == std::vector<int64_t>{3, 6, 6});
+  wire::Envelope welcome;
+  welcome.mutable_welcome()->set_accepted(true);
+  send(identity, welcome);
+
+  // Serve both groups "stay" until each has been truncated once (max_steps 3: at seq 3).
+  std::vector<uint64_t> next_seq(2, 0);
+  int truncated_requests = 0;
+  int64_t replies = 0;
+  while (truncated_requests < 2) {
+    receive(&identity, &in);
+    if (in.has_heartbeat()) continue;
+    REQUIRE(in.has_step());
+    const wire::StepRequest& req = in.step();
+    const Status valid = CheckStepRequest(req, hs.group_rows, hs.observation.shape, next_seq);
+    INFO(valid.ToString());
+    REQUIRE(valid.ok());
+    const Status state_valid = CheckStepGlobalState(req, hs.group_rows, &hs.global_state->shape);
+    INFO(state_valid.ToString());
+    REQUIRE(state_valid.ok());
+    ++next_seq[req.group()];
+    // Each agent row carries its env's state: rows 0-2 equal, rows 3-5 equal.
+    const std::vector<float> state = FloatsOf(req.global_state());
+    const std::size_t numel = 3 * 36;
+    for (std::size_t row = 0; row < 6; ++row)
+      CHECK(std::equal(state.begin() + row * numel, state.begin() + (row + 1) * numel,
+                       state.begin() + (row / 3) * 3 * numel));
+    if (!req.first()) {
+      // Staying never collides or covers: the team reward is 0 on all six rows.
+      for (float r : FloatsOf(req.reward())) CHECK(r == 0.0f);
+    }
+    if (req.final_obs_index_size() > 0) {
+      CHECK(req.seq() == 3);
+      CHECK(std::vector<int32_t>(req.final_obs_index().begin(), req.final_obs_index().end()) ==
+            std::vector<int32_t>{0, 1, 2, 3, 4, 5});
+      CHECK(req.final_global_state().shape(0) == 6);
+      REQUIRE(req.episodes_size() == 2);  // one per env, not per agent
+      CHECK(req.episodes(0).length() == 3);
+      ++truncated_requests;
+    }
+    wire::Envelope reply;
+    auto* action = reply.mutable_action();
+    action->set_group(req.group());
+    action->set_seq(req.seq());
+    const std::vector<int64_t> stay(6, 0);
+    SetTensor(action->mutable_action(), DType::kInt64, {6}, stay.data(), stay.size() * sizeof(int64_t));
+    send(identity, reply);
+    ++replies;
+  }
+  wire::Envelope stop;
+  stop.mutable_stop()->set_reason("test done");
+  send(identity, stop);
+  worker.join();
+  INFO(run_status.ToString());
+  CHECK(run_status.ok());
+  // Every reply, sent before Stop, stepped one group of 2 envs: env steps, not agent rows.
+  CHECK(client->stats().env_steps == 2 * replies);
+}
+
+}  // namespace farm

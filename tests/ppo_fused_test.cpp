@@ -1,0 +1,372 @@
+// The fused CPU update (learner/ppo_fused.h) against PpoTrainer's LibTorch path: from identical parameters,
+// optimizer state and rollouts, both paths must produce the same parameters, Adam moments and statistics,
+// for categorical and Gaussian heads and every loss option. A wrong gradient term moves some parameter by
+// far more than the tolerance: each case also checks that every parameter did move by much more.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common/config.h"
+#include "learner/policy.h"
+#include "learner/ppo.h"
+#include "learner/ppo_fused.h"
+
+// LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+namespace farm {
+namespace {
+
+constexpr int64_t kObsDim = 5;
+
+ActorCritic MakePolicy(bool discrete, const std::vector<int>& hidden) {
+  const Space obs = Space::Box({kObsDim}, {-1}, {1});
+  return discrete ? ActorCritic(obs, Space::Discrete(3), hidden) : ActorCritic(obs, Space::Box({2}, {-1}, {1}), hidden);
+}
+
+// A rollout acted by `net` (so the first ratios are 1), with random rewards, dones and bootstrap values.
+Rollout MakeRollout(ActorCritic& net, int64_t steps, int64_t envs) {
+  c10::InferenceMode inference;
+  const torch::Tensor obs = torch::randn({steps * envs, kObsDim});
+  const ActOutput act = net->Act(obs);
+  Rollout r;
+  r.obs = obs.reshape({steps, envs, kObsDim});
+  r.actions = act.action.dim() == 1 ? act.action.reshape({steps, envs})
+                                    : act.action.reshape({steps, envs, act.action.size(1)});
+  r.logp = act.logp.reshape({steps, envs});
+  r.values = act.value.reshape({steps, envs});
+  r.rewards = torch::randn({steps, envs});
+  r.dones = (torch::rand({steps, envs}) < 0.1).to(torch::kFloat32);
+  r.last_value = torch::randn({envs});
+  return r;
+}
+
+// max |a - b| / max(max |b|, 1): relative to the tensor's scale, absolute for tensors near zero.
+double RelativeDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1.0);
+  return (a - b).abs().max().item<double>() / scale;
+}
+
+// The key of `param` in Optimizer::state(): the TensorImpl address, printed as a string in LibTorch 1.x, the
+// pointer itself in 2.x (a template, so that only the branch for this version's key type is compiled).
+template <class StateMap>
+typename StateMap::key_type KeyOf(const StateMap& /*state*/, const torch::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;
+    address << param.unsafeGetTensorImpl();
+    return address.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+const torch::optim::AdamParamState& AdamState(torch::optim::Adam& optimizer, const torch::Tensor& param) {
+  const auto& state = optimizer.state();
+  const auto it = state.find(KeyOf(state, param));
+  if (it == state.end()) throw std::logic_error("no Adam state for a parameter");
+  return static_cast<const torch::optim::AdamParamState&>(*it->second);
+}
+
+constexpr double kTolerance = 1e-5;
+
+// Parameters, Adam moments and step counts of two trainers agree; every parameter moved from `initial` by at
+// least 20x the tolerance (so a missing or wrong gradient term cannot hide under it).
+void RequireSameTraining(PpoTrainer& libtorch, PpoTrainer& fused,
+                         const torch::OrderedDict<std::string, torch::Tensor>& initial) {
+  const auto a = libtorch.policy()->named_parameters();
+  const auto b = fused.policy()->named_parameters();
+  REQUIRE(a.size() == b.size());
+  for (const auto& item : a) {
+    INFO("parameter " << item.key());
+    const torch::Tensor& pa = item.value();
+    const torch::Tensor& pb = b[item.key()];
+    const double diff = RelativeDiff(pb, pa);
+    const double moved = (pa - initial[item.key()]).abs().max().item<double>();
+    INFO("relative difference " << diff << ", moved " << moved);
+    CHECK(diff < kTolerance);
+    CHECK(moved > 20 * kTolerance);
+    const auto& sa = AdamState(libtorch.optimizer(), pa);
+    const auto& sb = AdamState(fused.optimizer(), pb);
+    CHECK(sa.step() == sb.step());
+    CHECK(RelativeDiff(sb.exp_avg(), sa.exp_avg()) < kTolerance);
+    CHECK(RelativeDiff(sb.exp_avg_sq(), sa.exp_avg_sq()) < kTolerance);
+  }
+}
+
+void RequireSameStats(const PpoStats& a, const PpoStats& b) {
+  const auto ia = a.Items(), ib = b.Items();
+  REQUIRE(ia.size() == ib.size());
+  for (std::size_t i = 0; i < ia.size(); ++i) {
+    INFO(ia[i].first << ": libtorch " << ia[i].second << ", fused " << ib[i].second);
+    CHECK(ib[i].second == Approx(ia[i].second).epsilon(1e-4).margin(1e-6));
+  }
+}
+
+torch::OrderedDict<std::string, torch::Tensor> Snapshot(ActorCritic& net) {
+  torch::OrderedDict<std::string, torch::Tensor> out;
+  for (const auto& item : net->named_parameters()) out.insert(item.key(), item.value().detach().clone());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("The fused update matches the LibTorch update", "[ppo][fused]") {
+  const bool discrete = GENERATE(true, false);
+  const bool norm_adv = GENERATE(true, false);
+  const bool clip_vloss = GENERATE(true, false);
+  const double max_grad_norm = GENERATE(0.5, 1e3);  // clipping on every step / never
+  INFO("discrete " << discrete << ", norm_adv " << norm_adv << ", clip_vloss " << clip_vloss << ", max_grad_norm "
+                   << max_grad_norm);
+  torch::manual_seed(11);
+  at::set_num_threads(1);
+
+  // Uneven widths and three hidden layers, so that no shape is taken for granted.
+  const std::vector<int> hidden = {24, 16, 8};
+  ActorCritic a = MakePolicy(discrete, hidden);
+  ActorCritic b = MakePolicy(discrete, hidden);
+  {
+    torch::NoGradGuard no_grad;
+    // A policy head of gain 0.5 instead of 0.01: a trained policy's scale. With the near-uniform initial head
+    // the actor's hidden-layer gradients are ~1e-4 with squares below Adam's eps^2, where Adam's step
+    // g / (sqrt(v) + eps) turns float rounding noise of 1e-8 in g into parameter differences of ~5e-6 at this
+    // lr (measured); both paths are as right there, and the comparison would test rounding, not gradients.
+    a->named_parameters()["actor.6.weight"].mul_(50);
+    if (!discrete) a->named_parameters()["log_std"].copy_(torch::tensor({-0.3f, 0.2f}));
+  }
+  b->CopyFrom(*a);
+  const auto initial = Snapshot(a);
+
+  PpoConfig config;
+  config.lr = 1e-2;  // large, so that the ratios leave the clip range within the update
+  config.anneal_lr = true;
+  config.update_epochs = 3;
+  config.num_minibatches = 3;  // 8 x 5 = 40 rows: minibatches of 13, 13, 14
+  config.norm_adv = norm_adv;
+  config.clip_vloss = clip_vloss;
+  config.clip_coef = 0.05;  // small, so that some ratios leave the clip range and some values are clipped
+  config.ent_coef = 0.05;
+  config.vf_coef = 0.7;
+  config.max_grad_norm = max_grad_norm;
+  PpoConfig off = config, on = config;
+  off.fused_update = "off";
+  on.fused_update = "on";
+  PpoTrainer libtorch(a, off, /*seed=*/5);
+  PpoTrainer fused(b, on, /*seed=*/5);
+  REQUIRE_FALSE(libtorch.fused());
+  REQUIRE(fused.fused());
+
+  // Three updates: the Adam moments and step counts carry over, the learning rate anneals.
+  double clip_fraction = 0;
+  for (int update = 0; update < 3; ++update) {
+    INFO("update " << update);
+    const Rollout rollout = MakeRollout(a, 8, 5);
+    const double progress = 0.2 * update;
+    const PpoStats sa = libtorch.Update(rollout, progress);
+    const PpoStats sb = fused.Update(rollout, progress);
+    RequireSameStats(sa, sb);
+    CHECK(sb.epochs == 3);
+    if (max_grad_norm < 1) CHECK(sa.grad_norm > max_grad_norm);  // the clip really scaled the gradients
+    clip_fraction += sa.clip_fraction;
+  }
+  CHECK(clip_fraction > 0);  // the clipped branch of the surrogate was exercised
+  RequireSameTraining(libtorch, fused, initial);
+}
+
+TEST_CASE("The fused update gives the same bits on one thread and on two", "[ppo][fused]") {
+  const bool discrete = GENERATE(true, false);
+  torch::manual_seed(15);
+  ActorCritic one = MakePolicy(discrete, {32, 32});
+  ActorCritic two = MakePolicy(discrete, {32, 32});
+  two->CopyFrom(*one);
+  PpoConfig config;
+  config.fused_update = "on";
+  config.update_epochs = 3;
+  config.num_minibatches = 3;
+  PpoTrainer t1(one, config, 4), t2(two, config, 4);
+  for (int update = 0; update < 2; ++update) {
+    const Rollout rollout = MakeRollout(one, 16, 6);
+    at::set_num_threads(1);
+    const PpoStats s1 = t1.Update(rollout, 0.1 * update);
+    at::set_num_threads(2);  // the critic's pass on the helper thread
+    const PpoStats s2 = t2.Update(rollout, 0.1 * update);
+    at::set_num_threads(1);
+    const auto i1 = s1.Items(), i2 = s2.Items();
+    for (std::size_t i = 0; i < i1.size(); ++i) {
+      INFO(i1[i].first);
+      CHECK((i1[i].second == i2[i].second || (std::isnan(i1[i].second) && std::isnan(i2[i].second))));
+    }
+  }
+  const auto p1 = one->named_parameters(), p2 = two->named_parameters();
+  for (const auto& item : p1) {
+    INFO(item.key());
+    CHECK(torch::equal(item.value(), p2[item.key()]));
+  }
+}
+
+TEST_CASE("The fused update stops at the target KL as the LibTorch update does", "[ppo][fused]") {
+  torch::manual_seed(12);
+  at::set_num_threads(1);
+  bool stopped_midway = false;
+  for (double target : {1e-4, 1e-3, 3e-3, 1e-2, 3e-2}) {
+    INFO("target_kl " << target);
+    ActorCritic a = MakePolicy(true, {16, 16});
+    ActorCritic b = MakePolicy(true, {16, 16});
+    b->CopyFrom(*a);
+    PpoConfig config;
+    config.lr = 1e-2;
+    config.update_epochs = 10;
+    config.num_minibatches = 2;
+    config.target_kl = target;
+    PpoConfig off = config, on = config;
+    off.fused_update = "off";
+    on.fused_update = "on";
+    PpoTrainer libtorch(a, off, 3), fused(b, on, 3);
+    const Rollout rollout = MakeRollout(a, 16, 4);
+    const PpoStats sa = libtorch.Update(rollout, 0.0);
+    const PpoStats sb = fused.Update(rollout, 0.0);
+    CHECK(sb.epochs == sa.epochs);
+    RequireSameStats(sa, sb);
+    if (sa.epochs > 1 && sa.epochs < 10) stopped_midway = true;
+  }
+  CHECK(stopped_midway);  // some target stopped the epochs after the first and before the last
+}
+
+TEST_CASE("Adam state moves between the fused and the LibTorch update through a checkpoint", "[ppo][fused]") {
+  const bool discrete = GENERATE(true, false);
+  const bool first_fused = GENERATE(true, false);
+  INFO("discrete " << discrete << ", first update fused " << first_fused);
+  torch::manual_seed(13);
+  at::set_num_threads(1);
+  PpoConfig config;
+  config.lr = 3e-3;
+  config.update_epochs = 2;
+  config.num_minibatches = 2;
+  PpoConfig off = config, on = config;
+  off.fused_update = "off";
+  on.fused_update = "on";
+
+  // One update on one path, then the optimizer saved, as SaveCheckpoint does it.
+  ActorCritic first = MakePolicy(discrete, {16, 16});
+  const Rollout rollout1 = MakeRollout(first, 8, 4);
+  PpoTrainer trainer1(first, first_fused ? on : off, 1);
+  trainer1.Update(rollout1, 0.0);
+  std::stringstream saved;
+  {
+    torch::serialize::OutputArchive archive;
+    trainer1.optimizer().save(archive);
+    archive.save_to(saved);
+  }
+
+  // Both paths continue from it, on copies of the policy.
+  ActorCritic a = MakePolicy(discrete, {16, 16});
+  ActorCritic b = MakePolicy(discrete, {16, 16});
+  a->CopyFrom(*first);
+  b->CopyFrom(*first);
+  const auto initial = Snapshot(a);
+  PpoTrainer libtorch(a, off, 2), fused(b, on, 2);
+  for (PpoTrainer* t : {&libtorch, &fused}) {
+    std::stringstream in(saved.str());
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    t->optimizer().load(archive);
+  }
+  const Rollout rollout2 = MakeRollout(a, 8, 4);
+  RequireSameStats(libtorch.Update(rollout2, 0.5), fused.Update(rollout2, 0.5));
+  RequireSameTraining(libtorch, fused, initial);
+  for (const auto& p : fused.policy()->parameters()) CHECK(AdamState(fused.optimizer(), p).step() == 2 * 2 + 2 * 2);
+}
+
+TEST_CASE("ppo.fused_update: auto falls back, on refuses clearly, off is the LibTorch path", "[ppo][fused]") {
+  ActorCritic net = MakePolicy(true, {8});
+  PpoConfig config;
+  SECTION("auto on the CPU in fp32 is fused; bf16 is not") {
+    CHECK(PpoTrainer(net, config, 1).fused());
+    CHECK_FALSE(PpoTrainer(net, config, 1, Precision::kBf16).fused());
+  }
+  SECTION("off") {
+    config.fused_update = "off";
+    CHECK_FALSE(PpoTrainer(net, config, 1).fused());
+  }
+  SECTION("on with bf16") {
+    config.fused_update = "on";
+    try {
+      PpoTrainer trainer(net, config, 1, Precision::kBf16);
+      FAIL("expected std::invalid_argument");
+    } catch (const std::invalid_argument& e) {
+      CHECK_THAT(e.what(), Catch::Contains("fused_update is on") && Catch::Contains("fp32 only"));
+    }
+  }
+  SECTION("the config rejects bad values and impossible combinations") {
+    FarmConfig fc;
+    Status s = ParseConfig("ppo: {fused_update: yes}", "test", &fc);
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("ppo.fused_update") && Catch::Contains("auto, on, off"));
+    REQUIRE(ParseConfig("ppo: {fused_update: on}\nlearner: {device: cpu, precision: bf16}", "test", &fc).ok());
+    CHECK(fc.ppo.fused_update == "on");  // a bare YAML `on` is the string, not a boolean
+    s = ValidateConfig(fc);
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("learner.precision=fp32"));
+    fc.learner.precision = "fp32";
+    CHECK(ValidateConfig(fc).ok());
+    fc.learner.device = "cuda";
+    CHECK_FALSE(ValidateConfig(fc).ok());
+  }
+}
+
+TEST_CASE("FusedTanh is within 1.5 ulp of tanh and keeps NaN and infinities", "[ppo][fused]") {
+  std::vector<float> x;
+  for (double v = -25; v <= 25; v += 1e-4) x.push_back(static_cast<float>(v));
+  for (double e = -40; e < 0; e += 0.01) {  // tiny values: tanh(x) = x to float precision
+    x.push_back(static_cast<float>(std::pow(10.0, e)));
+    x.push_back(-static_cast<float>(std::pow(10.0, e)));
+  }
+  for (float v : {0.0f, -0.0f, 0.625f, std::nextafter(0.625f, 0.0f), 1e30f, -1e30f}) x.push_back(v);
+  std::vector<float> y = x;
+  FusedTanh(y.data(), static_cast<int64_t>(y.size()));
+  double worst = 0;
+  float worst_at = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double exact = std::tanh(static_cast<double>(x[i]));
+    const auto rounded = static_cast<float>(exact);
+    const double ulp = std::max(std::fabs(std::nextafter(rounded, 2.0f) - rounded), 1e-45f);
+    const double err = std::fabs(y[i] - exact) / ulp;
+    if (err > worst) {
+      worst = err;
+      worst_at = x[i];
+    }
+  }
+  INFO("worst " << worst << " ulp at " << worst_at);
+  CHECK(worst <= 1.5);
+  CHECK(std::signbit(y[x.size() - 5]));  // tanh(-0) = -0
+  float special[3] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()};
+  FusedTanh(special, 3);
+  CHECK(std::isnan(special[0]));
+  CHECK(special[1] == 1.0f);
+  CHECK(special[2] == -1.0f);
+}
+
+TEST_CASE("The fused update rejects out-of-range actions", "[ppo][fused]") {
+  torch::manual_seed(14);
+  ActorCritic net = MakePolicy(true, {8});
+  PpoConfig config;
+  config.fused_update = "on";
+  PpoTrainer trainer(net, config, 1);
+  Rollout r = MakeRollout(net, 4, 2);
+  {
+    c10::InferenceMode inference;  // the rollout's tensors were made under it
+    r.actions[1][1] = 3;           // Discrete(3)
+  }
+  CHECK_THROWS_AS(trainer.Update(r, 0.0), c10::Error);
+}
+
+}  // namespace farm

@@ -1,0 +1,129 @@
+// Normalizer: the worker's observation normalisation and reward scaling, and its share of the run's statistics.
+#include "worker/normalizer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace farm {
+
+Normalizer::Normalizer(const NormalizerOptions& options, int64_t obs_numel)
+    : options_(options), obs_numel_(obs_numel) {
+  for (RunningMoments* m : {&global_obs_, &own_obs_, &pending_obs_}) m->Reset(options_.obs ? obs_numel : 0);
+  for (RunningMoments* m : {&global_ret_, &own_ret_, &pending_ret_}) m->Reset(options_.reward ? 1 : 0);
+  RefreshTransform();
+}
+
+int Normalizer::AddGroup(int num_envs, int num_agents) {
+  Group s;
+  s.envs = num_envs;
+  s.agents = num_agents;
+  const auto rows = static_cast<std::size_t>(num_envs) * static_cast<std::size_t>(num_agents);
+  s.returns.assign(static_cast<std::size_t>(num_envs), 0.0);
+  if (options_.obs) {
+    s.obs.assign(rows * static_cast<std::size_t>(obs_numel_), 0.0f);
+    s.final_obs.reserve(rows * static_cast<std::size_t>(obs_numel_));  // Step stays free of allocations
+  }
+  if (options_.reward) s.reward.assign(rows, 0.0f);
+  groups_.push_back(std::move(s));
+  return static_cast<int>(groups_.size()) - 1;
+}
+
+void Normalizer::RefreshTransform() {
+  if (options_.obs) transform_ = ObsTransform::From(obs_view(), options_.obs_clip);
+}
+
+// Counts (unless frozen) and normalises the group's observations and final observations.
+void Normalizer::Observe(Group& s, const EnvGroup& group) {
+  if (!options_.obs) {
+    s.obs_out = group.obs();
+    s.final_obs_out = &group.final_obs();
+    return;
+  }
+  const int64_t rows = group.rows();
+  if (!frozen_) {
+    pending_obs_.AddRows(group.obs(), rows);
+    if (!has_global_obs_) {
+      own_obs_.AddRows(group.obs(), rows);
+      RefreshTransform();
+    }
+  }
+  transform_.Apply(group.obs(), s.obs.data(), rows);
+  s.final_obs.resize(group.final_obs().size());
+  transform_.Apply(group.final_obs().data(), s.final_obs.data(),
+                   static_cast<int64_t>(group.final_obs().size()) / obs_numel_);
+  s.obs_out = s.obs.data();
+  s.final_obs_out = &s.final_obs;
+}
+
+void Normalizer::OnReset(int g, const EnvGroup& group) {
+  Group& s = groups_.at(static_cast<std::size_t>(g));
+  if (group.size() != s.envs || group.num_agents() != s.agents)
+    throw std::invalid_argument(fmt::format("Normalizer::OnReset: group {} has {} envs x {} agents, registered {} x {}",
+                                            g, group.size(), group.num_agents(), s.envs, s.agents));
+  std::fill(s.returns.begin(), s.returns.end(), 0.0);
+  Observe(s, group);
+  // No rewards yet: the first request carries none.
+  s.reward_out = options_.reward ? s.reward.data() : group.reward();
+}
+
+void Normalizer::OnStep(int g, const EnvGroup& group) {
+  Group& s = groups_.at(static_cast<std::size_t>(g));
+  Observe(s, group);
+  if (!options_.reward) {
+    s.reward_out = group.reward();
+    return;
+  }
+  const int agents = s.agents;
+  if (!frozen_) {
+    for (int e = 0; e < s.envs; ++e) {
+      // An env's reward is on each of its rows: read the first.
+      s.returns[e] = options_.gamma * s.returns[e] + static_cast<double>(group.reward()[e * agents]);
+      pending_ret_.Add(&s.returns[e]);
+      if (!has_global_ret_) own_ret_.Add(&s.returns[e]);
+    }
+  }
+  const RunningMoments& view = ret_view();
+  for (int e = 0; e < s.envs; ++e) {
+    const int row = e * agents;
+    const float scaled = ScaleReward(group.reward()[row], view, options_.reward_clip);
+    for (int a = 0; a < agents; ++a) s.reward[static_cast<std::size_t>(row + a)] = scaled;
+    if (group.terminated()[row] || group.truncated()[row]) s.returns[e] = 0.0;
+  }
+  s.reward_out = s.reward.data();
+}
+
+void Normalizer::TakeDelta(wire::NormalizerStats* out) {
+  out->Clear();
+  if (options_.obs) {
+    ToWire(pending_obs_, out->mutable_obs());
+    pending_obs_.Reset(obs_numel_);
+  }
+  if (options_.reward) {
+    ToWire(pending_ret_, out->mutable_ret());
+    pending_ret_.Reset(1);
+  }
+}
+
+Status Normalizer::ApplyGlobal(const wire::NormalizerStats& stats) {
+  RunningMoments obs, ret;
+  if (auto s = CheckNormalizerStats(stats, options_.obs, obs_numel_, options_.reward, "the learner's NormalizerStats",
+                                    &obs, &ret);
+      !s.ok())
+    return s;
+  frozen_ = stats.frozen();
+  if (options_.obs && (frozen_ || !obs.empty())) {
+    global_obs_ = std::move(obs);
+    has_global_obs_ = true;
+    RefreshTransform();
+  }
+  if (options_.reward && (frozen_ || !ret.empty())) {
+    global_ret_ = std::move(ret);
+    has_global_ret_ = true;
+  }
+  return Status::Ok();
+}
+
+}  // namespace farm
