@@ -172,7 +172,14 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
   std::vector<int64_t> shape{n};
   shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
   if (auto s = CheckTensor(req.obs(), DType::kFloat32, shape, "StepRequest.obs"); !s.ok()) return s;
-  if (req.first()) return Status::Ok();
+  if (req.first()) {
+    // Nothing has been stepped yet: final observations here would be read (and bootstrapped) unchecked.
+    if (req.final_obs_index_size() > 0)
+      return Status::Protocol(fmt::format("StepRequest.final_obs_index: {} entries on a first request (no step "
+                                          "results yet)",
+                                          req.final_obs_index_size()));
+    return Status::Ok();
+  }
   if (auto s = CheckTensor(req.reward(), DType::kFloat32, {n}, "StepRequest.reward"); !s.ok()) return s;
   if (static_cast<int64_t>(req.terminated().size()) != n || static_cast<int64_t>(req.truncated().size()) != n)
     return Status::Protocol(fmt::format("terminated/truncated: expected {} bytes each, got {}/{}", n,

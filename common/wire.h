@@ -64,8 +64,9 @@ Status CheckHello(const wire::Hello& hello, Handshake* out);
 // next from group g (one entry per group): group in range, seq in order,
 // `first` exactly on seq 0, obs [group_size, obs...]; after the first request
 // also reward [group_size], group_size terminated/truncated bytes, and
-// final_obs [k, obs...] for k final_obs_index entries in [0, group_size).
-// When it returns Ok every buffer may be read at those sizes.
+// final_obs [k, obs...] for k final_obs_index entries in [0, group_size) (none
+// on the first request). When it returns Ok every buffer may be read at those
+// sizes.
 Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const std::vector<int64_t>& obs_shape,
                         const std::vector<uint64_t>& next_seq);
 

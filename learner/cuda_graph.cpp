@@ -105,9 +105,10 @@ Status GraphedActor::Create(ActorCritic policy, torch::Device device, Precision 
                             std::vector<int64_t> obs_shape, bool deterministic, std::unique_ptr<GraphedActor>* out,
                             std::vector<int64_t> state_shape) {
   if (policy->has_global_state() == state_shape.empty())
-    return Status::InvalidArgument(fmt::format(
-        "learner.cuda_graphs: the policy {} a global state, but the graphs were asked for {}",
-        policy->has_global_state() ? "has" : "has no", state_shape.empty() ? "none" : fmt::format("[{}]", fmt::join(state_shape, ", "))));
+    return Status::InvalidArgument(
+        fmt::format("learner.cuda_graphs: the policy {} a global state, but the graphs were asked for {}",
+                    policy->has_global_state() ? "has" : "has no",
+                    state_shape.empty() ? std::string("none") : fmt::format("[{}]", fmt::join(state_shape, ", "))));
   if (!device.is_cuda())
     return Status::InvalidArgument(fmt::format(
         "learner.cuda_graphs: CUDA graphs need a CUDA device, but the learner runs on {} (set learner.cuda_graphs "

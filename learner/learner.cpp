@@ -781,9 +781,10 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
   }
   // The critic's global states in the same order: each request's, then the final ones. An env's rows share
   // one state (CheckStepStatePerEnv), so the critic gets one per env, the first row of its run of num_agents
-  // rows (the CUDA graphs, whose buckets are powers of two, take one per row).
+  // rows (the CUDA graphs, whose buckets are powers of two, take one per row). Serving without training
+  // needs only the actor: no states, no critic (the graphs were captured with them, so they keep them).
   torch::Tensor state;
-  if (use_state) {
+  if (use_state && (recording || graphed)) {
     const int64_t state_numel = state_space->numel();
     const int64_t per = graphed ? 1 : num_agents;
     const int64_t state_rows = rows / per;  // requests and final_obs_index hold whole envs
@@ -824,7 +825,8 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
     }
     *action = out.action.to(torch::kCPU).contiguous();
     *logp = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
-    *value = out.value.to(torch::kCPU, torch::kFloat32).contiguous();
+    // Undefined only when serving a centralised critic's policy without states: values are used only to train.
+    *value = out.value.defined() ? out.value.to(torch::kCPU, torch::kFloat32).contiguous() : torch::zeros({rows});
   }
 }
 
@@ -1297,7 +1299,7 @@ void Learner::Impl::WarmUp() {
   {
     c10::InferenceMode guard;
     torch::Tensor state;
-    if (use_state) {
+    if (use_state && (recording || graphed)) {  // as Forward: serving needs no critic
       std::vector<int64_t> sshape{rows / per};
       sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
       state = torch::zeros(sshape, torch::TensorOptions().device(device));

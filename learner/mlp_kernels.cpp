@@ -20,16 +20,28 @@ namespace {
 #endif
 
 // A vector of W floats (GCC/Clang vector extensions; scalar operands broadcast).
-template <int W> struct VecOf;
-template <> struct VecOf<16> { typedef float type __attribute__((vector_size(64))); };
-template <> struct VecOf<8> { typedef float type __attribute__((vector_size(32))); };
-template <> struct VecOf<4> { typedef float type __attribute__((vector_size(16))); };
+template <int W>
+struct VecOf;
+template <>
+struct VecOf<16> {
+  typedef float type __attribute__((vector_size(64)));
+};
+template <>
+struct VecOf<8> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct VecOf<4> {
+  typedef float type __attribute__((vector_size(16)));
+};
 
 // Vectors travel by reference, never by value: these templates are compiled for several instruction sets.
-template <int W> FARM_ALWAYS_INLINE void Load(typename VecOf<W>::type& v, const float* p) {
+template <int W>
+FARM_ALWAYS_INLINE void Load(typename VecOf<W>::type& v, const float* p) {
   std::memcpy(&v, p, sizeof(v));  // an unaligned load
 }
-template <int W> FARM_ALWAYS_INLINE void Store(float* p, const typename VecOf<W>::type& v) {
+template <int W>
+FARM_ALWAYS_INLINE void Store(float* p, const typename VecOf<W>::type& v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
@@ -75,7 +87,8 @@ FARM_ALWAYS_INLINE void GemmImpl(int64_t rows, int64_t cols, int64_t depth, cons
                                  int64_t a_depth, const float* b, int64_t b_row, float* c, int64_t c_row,
                                  const float* bias) {
   int64_t j = 0;
-  for (; j + V * W <= cols; j += V * W) ColumnBlock<W, R, V>(rows, j, depth, a, a_row, a_depth, b, b_row, c, c_row, bias);
+  for (; j + V * W <= cols; j += V * W)
+    ColumnBlock<W, R, V>(rows, j, depth, a, a_row, a_depth, b, b_row, c, c_row, bias);
   for (; j + W <= cols; j += W) ColumnBlock<W, R, 1>(rows, j, depth, a, a_row, a_depth, b, b_row, c, c_row, bias);
   for (; j < cols; ++j) {  // fewer than W columns left
     for (int64_t i = 0; i < rows; ++i) {
@@ -149,6 +162,22 @@ FARM_ALWAYS_INLINE void SumRowsImpl(const float* __restrict g, int64_t rows, int
   }
 }
 
+template <int W>
+FARM_ALWAYS_INLINE double SumSquaresImpl(const float* values, int64_t count) {
+  using Vec = typename VecOf<W>::type;
+  Vec acc{};
+  int64_t k = 0;
+  for (; k + W <= count; k += W) {
+    Vec v;
+    Load<W>(v, values + k);
+    acc += v * v;
+  }
+  double sum = 0;
+  for (int l = 0; l < W; ++l) sum += acc[l];
+  for (; k < count; ++k) sum += static_cast<double>(values[k]) * values[k];
+  return sum;
+}
+
 FARM_ALWAYS_INLINE void AdamImpl(float* __restrict p, float* __restrict m, float* __restrict v,
                                  const float* __restrict g, int64_t count, const AdamCoefficients& c) {
   const float b1 = c.beta1, ob1 = c.one_minus_beta1, b2 = c.beta2, ob2 = c.one_minus_beta2;
@@ -166,28 +195,29 @@ struct Table {
   decltype(&Tanh) tanh;
   decltype(&MulTanhGrad) tanh_grad;
   decltype(&SumRows) sum_rows;
+  decltype(&SumSquares) sum_squares;
   decltype(&AdamUpdate) adam;
   const char* name;
 };
 
 // One set of entry points per instruction set: the same templates, compiled for that target.
-#define FARM_KERNEL_SET(SUFFIX, TARGET, W, R, V)                                                                   \
-  TARGET void Gemm##SUFFIX(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row,               \
-                           int64_t a_depth, const float* b, int64_t b_row, float* c, int64_t c_row,                \
-                           const float* bias) {                                                                    \
-    GemmImpl<W, R, V>(rows, cols, depth, a, a_row, a_depth, b, b_row, c, c_row, bias);                            \
-  }                                                                                                                \
-  TARGET void RowDot##SUFFIX(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row,             \
-                             const float* w, float* c, int64_t c_row, const float* bias) {                         \
-    RowDotImpl<W>(rows, cols, depth, a, a_row, w, c, c_row, bias);                                                 \
-  }                                                                                                                \
-  TARGET void Tanh##SUFFIX(float* values, int64_t count) { TanhImpl(values, count); }                             \
-  TARGET void MulTanhGrad##SUFFIX(float* g, const float* y, int64_t count) { MulTanhGradImpl(g, y, count); }       \
-  TARGET void SumRows##SUFFIX(const float* g, int64_t rows, int64_t cols, float* out) {                           \
-    SumRowsImpl(g, rows, cols, out);                                                                               \
-  }                                                                                                                \
-  TARGET void Adam##SUFFIX(float* p, float* m, float* v, const float* g, int64_t count, const AdamCoefficients& c) { \
-    AdamImpl(p, m, v, g, count, c);                                                                                \
+#define FARM_KERNEL_SET(SUFFIX, TARGET, W, R, V)                                                                       \
+  TARGET void Gemm##SUFFIX(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t a_depth,  \
+                           const float* b, int64_t b_row, float* c, int64_t c_row, const float* bias) {                \
+    GemmImpl<W, R, V>(rows, cols, depth, a, a_row, a_depth, b, b_row, c, c_row, bias);                                 \
+  }                                                                                                                    \
+  TARGET void RowDot##SUFFIX(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, const float* w, \
+                             float* c, int64_t c_row, const float* bias) {                                             \
+    RowDotImpl<W>(rows, cols, depth, a, a_row, w, c, c_row, bias);                                                     \
+  }                                                                                                                    \
+  TARGET void Tanh##SUFFIX(float* values, int64_t count) { TanhImpl(values, count); }                                  \
+  TARGET void MulTanhGrad##SUFFIX(float* g, const float* y, int64_t count) { MulTanhGradImpl(g, y, count); }           \
+  TARGET void SumRows##SUFFIX(const float* g, int64_t rows, int64_t cols, float* out) {                                \
+    SumRowsImpl(g, rows, cols, out);                                                                                   \
+  }                                                                                                                    \
+  TARGET double SumSquares##SUFFIX(const float* values, int64_t count) { return SumSquaresImpl<W>(values, count); }    \
+  TARGET void Adam##SUFFIX(float* p, float* m, float* v, const float* g, int64_t count, const AdamCoefficients& c) {   \
+    AdamImpl(p, m, v, g, count, c);                                                                                    \
   }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -201,21 +231,24 @@ const Table& Kernels() {
   static const Table table = [] {
 #ifdef FARM_KERNELS_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
-      return Table{GemmAvx512, RowDotAvx512, TanhAvx512, MulTanhGradAvx512, SumRowsAvx512, AdamAvx512, "avx512"};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return Table{GemmAvx2, RowDotAvx2, TanhAvx2, MulTanhGradAvx2, SumRowsAvx2, AdamAvx2, "avx2"};
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
+      return Table{GemmAvx512,    RowDotAvx512,     TanhAvx512, MulTanhGradAvx512,
+                   SumRowsAvx512, SumSquaresAvx512, AdamAvx512, "avx512"};
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return Table{GemmAvx2, RowDotAvx2, TanhAvx2, MulTanhGradAvx2, SumRowsAvx2, SumSquaresAvx2, AdamAvx2, "avx2"};
+    }
 #endif
-    return Table{GemmBaseline, RowDotBaseline, TanhBaseline, MulTanhGradBaseline, SumRowsBaseline, AdamBaseline,
-                 "baseline"};
+    return Table{GemmBaseline,    RowDotBaseline,     TanhBaseline, MulTanhGradBaseline,
+                 SumRowsBaseline, SumSquaresBaseline, AdamBaseline, "baseline"};
   }();
   return table;
 }
 
 }  // namespace
 
-void Gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t a_depth,
-          const float* b, int64_t b_row, float* c, int64_t c_row, const float* bias) {
+void Gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t a_depth, const float* b,
+          int64_t b_row, float* c, int64_t c_row, const float* bias) {
   Kernels().gemm(rows, cols, depth, a, a_row, a_depth, b, b_row, c, c_row, bias);
 }
 
@@ -229,6 +262,8 @@ void Tanh(float* values, int64_t count) { Kernels().tanh(values, count); }
 void MulTanhGrad(float* g, const float* y, int64_t count) { Kernels().tanh_grad(g, y, count); }
 
 void SumRows(const float* g, int64_t rows, int64_t cols, float* out) { Kernels().sum_rows(g, rows, cols, out); }
+
+double SumSquares(const float* values, int64_t count) { return Kernels().sum_squares(values, count); }
 
 void AdamUpdate(float* p, float* m, float* v, const float* g, int64_t count, const AdamCoefficients& c) {
   Kernels().adam(p, m, v, g, count, c);

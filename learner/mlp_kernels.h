@@ -18,15 +18,15 @@ namespace farm::kernels {
 // c[i, j] = bias[j] (or 0 when bias is null) + sum_k a[i * a_row + k * a_depth] * b[k * b_row + j]
 // for i < rows, j < cols, k < depth. b's and c's rows are contiguous (j steps by 1); a is read with any
 // strides, so a may be a transposed view (a_row = 1). c must not overlap a, b or bias.
-void Gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t a_depth,
-          const float* b, int64_t b_row, float* c, int64_t c_row, const float* bias);
+void Gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t a_depth, const float* b,
+          int64_t b_row, float* c, int64_t c_row, const float* bias);
 
 // c[i, j] = bias[j] (or 0) + sum_k a[i * a_row + k] * w[j * depth + k]: x W^T for a narrow W [cols, depth]
 // (a layer with few outputs, such as a policy or value head), where Gemm would need W transposed.
 void GemmRowDot(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, const float* w, float* c,
                 int64_t c_row, const float* bias);
 
-// values[k] = tanh(values[k]), within 1.5 ulp of the exact value (ATen's Sleef tanh is within 1; ~10x faster
+// values[k] = tanh(values[k]), within 1.5 ulp of the exact value (ATen's Sleef tanh is within 1; ~5x faster
 // here). NaN stays NaN, +-inf gives +-1.
 void Tanh(float* values, int64_t count);
 
@@ -35,6 +35,9 @@ void MulTanhGrad(float* g, const float* y, int64_t count);
 
 // out[j] = sum_i g[i * cols + j] for i < rows (the bias gradient of a layer).
 void SumRows(const float* g, int64_t rows, int64_t cols, float* out);
+
+// sum_k values[k]^2, accumulated in float lanes and added up in double (a gradient norm's square).
+double SumSquares(const float* values, int64_t count);
 
 // torch::optim::Adam's step for `count` parameters p with gradients g and moments m, v (float32, as its tensor
 // ops): m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g^2,

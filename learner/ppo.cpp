@@ -172,7 +172,8 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
   if (mode != "off") {
     // The fused update knows only the MLPs on the observation: not a critic on a global state, not the cnn.
     Status s = policy_->has_global_state()
-                   ? Status::InvalidArgument("the fused update has no centralised critic (the policy has a global state)")
+                   ? Status::InvalidArgument(
+                         "the fused update has no centralised critic (the policy has a global state)")
                : policy_->encoder() != Encoder::kMlp
                    ? Status::InvalidArgument("the fused update has no cnn encoder (ppo.encoder is cnn)")
                    : CheckFusedUpdate(*policy_, precision_);
@@ -293,9 +294,9 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
         // Forward in the training precision; the network outputs are cast to float32 so that the loss (exp of
         // log-ratios, squares, means) is computed in float32 whatever the precision.
         AutocastGuard autocast(device, precision_);
-        EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx),
-                                            b_states.defined() ? b_states.index_select(0, unit_idx * k) : torch::Tensor(),
-                                            b_actions.index_select(0, idx));
+        const torch::Tensor mb_states =
+            b_states.defined() ? b_states.index_select(0, unit_idx * k) : torch::Tensor();
+        EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx), mb_states, b_actions.index_select(0, idx));
         eval.logp = eval.logp.to(torch::kFloat32);
         eval.value = eval.value.to(torch::kFloat32);
         eval.entropy = eval.entropy.to(torch::kFloat32);

@@ -30,9 +30,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -107,8 +111,6 @@ void Transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 
 }  // namespace
 
-void FusedTanh(float* values, int64_t count) { kernels::Tanh(values, count); }
-
 Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
   if (precision != Precision::kFp32)
     return Status::InvalidArgument(std::string("the fused update is fp32 only (precision is ") +
@@ -142,16 +144,15 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
   return Status::Ok();
 }
 
-
 struct FusedPpoUpdate::Layer {
   torch::Tensor weight, bias;  // the module's parameters [out, in], [out]
   int64_t in = 0, out = 0;
-  bool narrow = false;          // out < kNarrowLayer: forward by row dot products with w
+  bool narrow = false;  // out < kNarrowLayer: forward by row dot products with w
   // Per Run (a checkpoint load may give the parameters new storage):
-  const float* w = nullptr;     // weight's data
-  const float* b = nullptr;     // bias's data
-  std::vector<float> w_t;       // W^T [in, out], for the forward GEMM of wide layers; refreshed every step
-  float* grad_w = nullptr;      // slices of grads_
+  const float* w = nullptr;  // weight's data
+  const float* b = nullptr;  // bias's data
+  std::vector<float> w_t;    // W^T [in, out], for the forward GEMM of wide layers; refreshed every step
+  float* grad_w = nullptr;   // slices of grads_
   float* grad_b = nullptr;
 };
 
@@ -161,7 +162,7 @@ struct FusedPpoUpdate::Net {
 
 // One parameter as Adam sees it.
 struct FusedPpoUpdate::Param {
-  torch::Tensor tensor;  // the module's parameter
+  torch::Tensor tensor;   // the module's parameter
   float* grad = nullptr;  // its slice of grads_
   int64_t numel = 0;
   // Per Run:
@@ -179,12 +180,12 @@ struct FusedPpoUpdate::NetBuffers {
 // Preallocated buffers for one minibatch size.
 struct FusedPpoUpdate::Workspace {
   int64_t rows = 0;
-  std::vector<float> x;              // [B, obs_dim]
-  std::vector<int64_t> action;       // discrete
-  std::vector<float> action_box;     // [B, A] box
+  std::vector<float> x;           // [B, obs_dim]
+  std::vector<int64_t> action;    // discrete
+  std::vector<float> action_box;  // [B, A] box
   std::vector<float> old_logp, old_value, advantage, ret;
-  std::vector<float> logp_all;       // one row's log-softmax (discrete)
-  std::vector<float> probs;          // and its exp (discrete); exp(-log_std) (box)
+  std::vector<float> logp_all;  // one row's log-softmax (discrete)
+  std::vector<float> probs;     // and its exp (discrete); exp(-log_std) (box)
   NetBuffers actor, critic;
 };
 
@@ -346,7 +347,8 @@ void FusedPpoUpdate::Bind(torch::optim::Adam& optimizer) {
       fresh->step(0);
       fresh->exp_avg(torch::zeros_like(param.tensor, torch::MemoryFormat::Preserve));
       fresh->exp_avg_sq(torch::zeros_like(param.tensor, torch::MemoryFormat::Preserve));
-      it = state.insert_or_assign(key, std::move(fresh)).first;
+      state[key] = std::move(fresh);
+      it = state.find(key);
     }
     auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
     if (adam == nullptr) throw std::invalid_argument("FusedPpoUpdate: the optimizer state is not Adam's");
@@ -437,8 +439,7 @@ void FusedPpoUpdate::ForwardNet(const Net& net, NetBuffers& buffers, const float
     if (layer.narrow) {
       kernels::GemmRowDot(rows, layer.out, layer.in, input, layer.in, layer.w, y, layer.out, layer.b);
     } else {
-      kernels::Gemm(rows, layer.out, layer.in, input, layer.in, 1, layer.w_t.data(), layer.out, y, layer.out,
-                    layer.b);
+      kernels::Gemm(rows, layer.out, layer.in, input, layer.in, 1, layer.w_t.data(), layer.out, y, layer.out, layer.b);
     }
     if (l != last) kernels::Tanh(y, rows * layer.out);
   }
@@ -627,9 +628,7 @@ void FusedPpoUpdate::ActorPass(Workspace& ws, double* stats) {
 
 // clip_grad_norm_(all parameters, max_grad_norm); returns the norm before clipping.
 double FusedPpoUpdate::ClipGradients() {
-  double sum_sq = 0;
-  for (float g : grads_) sum_sq += static_cast<double>(g) * g;
-  const double total = std::sqrt(sum_sq);
+  const double total = std::sqrt(kernels::SumSquares(grads_.data(), static_cast<int64_t>(grads_.size())));
   const double coef = config_.max_grad_norm / (total + kClipNormEps);
   if (coef < 1.0) {
     const auto c = static_cast<float>(coef);

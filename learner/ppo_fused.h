@@ -24,12 +24,8 @@
 
 #include <torch/torch.h>
 
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <memory>
 #include <vector>
 
@@ -47,12 +43,9 @@ namespace farm {
 // action space). The message says what is missing.
 Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision);
 
-// The fused update's tanh (kernels::Tanh, learner/mlp_kernels.h), in place: within 1.5 ulp of the exact
-// value (ATen's is within 1), several times faster on these sizes.
-void FusedTanh(float* values, int64_t count);
-
-// One update's flattened rollout, on the CPU: obs float [B, obs_dim]; actions int64 [B] (discrete) or
-// float [B, A] (box); logp, values, advantages, returns float [B]. All contiguous.
+// One update's flattened rollout, on the CPU: obs [B, obs...]; actions [B] (discrete) or [B, A] (box); logp,
+// values, advantages, returns [B]. Run reads them as float32 (int64 discrete actions), contiguous, converting
+// only when they are not.
 struct PpoBatch {
   torch::Tensor obs;
   torch::Tensor actions;
@@ -105,12 +98,12 @@ class FusedPpoUpdate {
   int64_t head_dim_;  // actions (discrete) or action dimensions (box)
   std::unique_ptr<Net> actor_;
   std::unique_ptr<Net> critic_;
-  torch::Tensor log_std_;       // box only: the parameter itself
-  std::vector<float> grads_;    // every parameter's gradient, back to back in the module's parameter order
-  std::vector<Param> params_;   // in the module's parameter order, each with its slice of grads_
+  torch::Tensor log_std_;      // box only: the parameter itself
+  std::vector<float> grads_;   // every parameter's gradient, back to back in the module's parameter order
+  std::vector<Param> params_;  // in the module's parameter order, each with its slice of grads_
   float* log_std_grad_ = nullptr;
   std::map<int64_t, std::unique_ptr<Workspace>> workspaces_;  // by minibatch size (at most two per update)
-  std::unique_ptr<Helper> helper_;  // started by the first Run allowed two threads
+  std::unique_ptr<Helper> helper_;                            // started by the first Run allowed two threads
 };
 
 }  // namespace farm

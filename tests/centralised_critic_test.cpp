@@ -447,3 +447,20 @@ TEST_CASE("CheckStepStatePerEnv: an env's rows share one state, final_obs_index 
 }
 
 }  // namespace farm
+
+namespace farm {
+
+TEST_CASE("CheckStepRequest refuses final observations on a first request", "[ctde][wire]") {
+  // The learner would copy and bootstrap them before any step result exists (and unchecked in size).
+  wire::StepRequest req;
+  req.set_first(true);
+  const std::vector<float> obs(2 * 3, 0.f), big(64, 0.f);
+  SetTensor(req.mutable_obs(), DType::kFloat32, {2, 3}, obs.data(), obs.size() * 4);
+  CHECK(CheckStepRequest(req, 2, {3}, {0}).ok());
+  req.add_final_obs_index(0);
+  SetTensor(req.mutable_final_obs(), DType::kFloat32, {64}, big.data(), big.size() * 4);
+  CHECK_THAT(CheckStepRequest(req, 2, {3}, {0}).message(),
+             Catch::Contains("StepRequest.final_obs_index: 1 entries on a first request"));
+}
+
+}  // namespace farm

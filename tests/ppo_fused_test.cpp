@@ -2,6 +2,8 @@
 // optimizer state and rollouts, both paths must produce the same parameters, Adam moments and statistics,
 // for categorical and Gaussian heads and every loss option. A wrong gradient term moves some parameter by
 // far more than the tolerance: each case also checks that every parameter did move by much more.
+#include "learner/ppo_fused.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,9 +16,9 @@
 #include <vector>
 
 #include "common/config.h"
+#include "learner/mlp_kernels.h"
 #include "learner/policy.h"
 #include "learner/ppo.h"
-#include "learner/ppo_fused.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
 #undef CHECK
@@ -39,8 +41,8 @@ Rollout MakeRollout(ActorCritic& net, int64_t steps, int64_t envs) {
   const ActOutput act = net->Act(obs);
   Rollout r;
   r.obs = obs.reshape({steps, envs, kObsDim});
-  r.actions = act.action.dim() == 1 ? act.action.reshape({steps, envs})
-                                    : act.action.reshape({steps, envs, act.action.size(1)});
+  r.actions =
+      act.action.dim() == 1 ? act.action.reshape({steps, envs}) : act.action.reshape({steps, envs, act.action.size(1)});
   r.logp = act.logp.reshape({steps, envs});
   r.values = act.value.reshape({steps, envs});
   r.rewards = torch::randn({steps, envs});
@@ -285,6 +287,27 @@ TEST_CASE("Adam state moves between the fused and the LibTorch update through a 
   for (const auto& p : fused.policy()->parameters()) CHECK(AdamState(fused.optimizer(), p).step() == 2 * 2 + 2 * 2);
 }
 
+TEST_CASE("Adam state created by the fused update serves torch::optim::Adam::step", "[ppo][fused]") {
+  torch::manual_seed(16);
+  ActorCritic net = MakePolicy(false, {8});
+  PpoConfig config;
+  config.fused_update = "on";
+  config.update_epochs = 1;
+  config.num_minibatches = 1;
+  PpoTrainer trainer(net, config, 1);
+  const Rollout rollout = MakeRollout(net, 4, 2);
+  trainer.Update(rollout, 0.0);  // creates every parameter's AdamParamState (step 1)
+  // A LibTorch step on the same optimizer: its in-place moment updates must accept the fused path's tensors
+  // (ordinary tensors, not InferenceMode ones).
+  // (clone: ordinary copies of the rollout's InferenceMode tensors, which autograd may not save)
+  const EvalOutput eval =
+      net->Evaluate(rollout.obs.reshape({8, kObsDim}).clone(), rollout.actions.reshape({8, 2}).clone());
+  trainer.optimizer().zero_grad();
+  (eval.logp.mean() + eval.value.square().mean()).backward();
+  REQUIRE_NOTHROW(trainer.optimizer().step());
+  for (const auto& p : net->parameters()) CHECK(AdamState(trainer.optimizer(), p).step() == 2);
+}
+
 TEST_CASE("ppo.fused_update: auto falls back, on refuses clearly, off is the LibTorch path", "[ppo][fused]") {
   ActorCritic net = MakePolicy(true, {8});
   PpoConfig config;
@@ -322,7 +345,42 @@ TEST_CASE("ppo.fused_update: auto falls back, on refuses clearly, off is the Lib
   }
 }
 
-TEST_CASE("FusedTanh is within 1.5 ulp of tanh and keeps NaN and infinities", "[ppo][fused]") {
+TEST_CASE("The fused update's kernels match LibTorch on odd shapes", "[ppo][fused]") {
+  torch::manual_seed(17);
+  INFO("instruction set " << kernels::InstructionSet());
+  double worst = 0;
+  auto track = [&](const torch::Tensor& got, const torch::Tensor& want) {
+    worst = std::max(worst, (got - want).abs().max().item<double>() / (1 + want.abs().max().item<double>()));
+  };
+  // Tile edges: rows and columns around the tile sizes (4 rows; 16-, 8- and 4-float vectors, 4 or 2 per tile).
+  for (int64_t rows : {1, 3, 4, 5, 13, 64}) {
+    for (int64_t cols : {1, 2, 3, 8, 15, 16, 17, 33, 64, 65}) {
+      for (int64_t depth : {1, 2, 4, 7, 64, 130}) {
+        const torch::Tensor a = torch::randn({rows, depth}), b = torch::randn({depth, cols});
+        const torch::Tensor bias = torch::randn({cols}), w = torch::randn({cols, depth});
+        torch::Tensor c = torch::empty({rows, cols});
+        kernels::Gemm(rows, cols, depth, a.data_ptr<float>(), depth, 1, b.data_ptr<float>(), cols, c.data_ptr<float>(),
+                      cols, bias.data_ptr<float>());
+        track(c, torch::addmm(bias, a, b));
+        const torch::Tensor a_t = torch::randn({depth, rows});  // read transposed: a_row 1, a_depth rows
+        kernels::Gemm(rows, cols, depth, a_t.data_ptr<float>(), 1, rows, b.data_ptr<float>(), cols, c.data_ptr<float>(),
+                      cols, nullptr);
+        track(c, torch::mm(a_t.t(), b));
+        kernels::GemmRowDot(rows, cols, depth, a.data_ptr<float>(), depth, w.data_ptr<float>(), c.data_ptr<float>(),
+                            cols, bias.data_ptr<float>());
+        track(c, torch::addmm(bias, a, w.t()));
+      }
+    }
+  }
+  CHECK(worst < 1e-5);
+  const torch::Tensor g = torch::randn({37, 19});
+  torch::Tensor sums = torch::empty({19});
+  kernels::SumRows(g.data_ptr<float>(), 37, 19, sums.data_ptr<float>());
+  CHECK(torch::allclose(sums, g.sum(0), 1e-5, 1e-5));
+  CHECK(kernels::SumSquares(g.data_ptr<float>(), g.numel()) == Approx(g.square().sum().item<double>()).epsilon(1e-6));
+}
+
+TEST_CASE("kernels::Tanh is within 1.5 ulp of tanh and keeps NaN and infinities", "[ppo][fused]") {
   std::vector<float> x;
   for (double v = -25; v <= 25; v += 1e-4) x.push_back(static_cast<float>(v));
   for (double e = -40; e < 0; e += 0.01) {  // tiny values: tanh(x) = x to float precision
@@ -331,7 +389,7 @@ TEST_CASE("FusedTanh is within 1.5 ulp of tanh and keeps NaN and infinities", "[
   }
   for (float v : {0.0f, -0.0f, 0.625f, std::nextafter(0.625f, 0.0f), 1e30f, -1e30f}) x.push_back(v);
   std::vector<float> y = x;
-  FusedTanh(y.data(), static_cast<int64_t>(y.size()));
+  kernels::Tanh(y.data(), static_cast<int64_t>(y.size()));
   double worst = 0;
   float worst_at = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -349,7 +407,7 @@ TEST_CASE("FusedTanh is within 1.5 ulp of tanh and keeps NaN and infinities", "[
   CHECK(std::signbit(y[x.size() - 5]));  // tanh(-0) = -0
   float special[3] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                       -std::numeric_limits<float>::infinity()};
-  FusedTanh(special, 3);
+  kernels::Tanh(special, 3);
   CHECK(std::isnan(special[0]));
   CHECK(special[1] == 1.0f);
   CHECK(special[2] == -1.0f);

@@ -1,4 +1,5 @@
-// farm-eval: runs a trained run's latest policy deterministically on fresh envs and reports episode returns.
+// farm-eval: runs a trained run's latest policy (deterministically, or sampled with --sample) on fresh envs and reports
+// episode returns.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -29,8 +30,8 @@ int Fail(const std::string& message, int code = 2) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Rollout Farm evaluation: loads RUN_DIR's latest checkpoint, acts deterministically (argmax / Gaussian mean, "
-      "box actions clipped to the bounds; --sample: sampled as in training) on fresh envs of the run's env, and prints one JSON line with the "
-      "return statistics of N episodes (a human summary goes to stderr)"};
+      "box actions clipped to the bounds; --sample: sampled as in training) on fresh envs of the run's env, and "
+      "prints one JSON line with the return statistics of N episodes (a human summary goes to stderr)"};
   std::string run_dir;
   int episodes = 100;
   int num_envs = 16;
