@@ -8,7 +8,7 @@
 #   3. unit tests (CUDA cases included: loss scaler fused path, CUDA graphs, streams);
 #   4. CartPole end to end in fp32, fp16, bf16 and fp32 + CUDA graphs (4 runs side by side);
 #   5. PPO update samples/s per precision for a 3x512 MLP (and the default 2x64);
-#   6. training throughput with 16 workers (async, cartpole_fast with more envs) and the GPU's busy
+#   6. training throughput with 16 workers (async, cartpole_fast with 1,024 envs per worker and T = 16) and the GPU's busy
 #      fraction (nvidia-smi utilization.gpu sampled every 100 ms), 4 and 1 minibatches per epoch, and the
 #      time to solve with configs/cartpole_fast.yaml as it is;
 #   7. inference rows/s (plain forward loop and the learner's serving), eager vs CUDA graphs;
@@ -186,11 +186,11 @@ if enough 100 train; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 \
     >"$D/nvsmi.csv" 2>/dev/null &
   smi_pid=$!
-  train_run fast16 30 env.num_envs=1024 batcher.max_rows=16384 stop_at_target=false total_env_steps=1000000000 \
-    max_wall_seconds=30
+  train_run fast16 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 stop_at_target=false \
+    total_env_steps=1000000000 max_wall_seconds=30
   if enough 90 train; then
-    train_run fast16_mb1 30 env.num_envs=1024 batcher.max_rows=16384 stop_at_target=false \
-      total_env_steps=1000000000 max_wall_seconds=30 ppo.num_minibatches=1
+    train_run fast16_mb1 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 \
+      stop_at_target=false total_env_steps=1000000000 max_wall_seconds=30 ppo.num_minibatches=1
   fi
   if enough 80 train; then
     train_run solve16 40 max_wall_seconds=40
