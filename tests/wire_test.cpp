@@ -1,12 +1,23 @@
 // Wire protocol: every message survives a protobuf round trip; receivers'
 // checks reject tensors that contradict what was announced.
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <random>
+#include <string_view>
 #include <vector>
 
+#include "common/log_limit.h"
+#include "common/protobuf_log.h"
 #include "common/wire.h"
 
 using namespace farm;
@@ -331,4 +342,133 @@ TEST_CASE("non-finite values are found at their first index and replaced by 0, m
   const int64_t bound = MaxSessionMessageBytes(n, box, Space::Discrete(2));
   CHECK(static_cast<int64_t>(Encode(e).size()) <= bound);
   CHECK(bound < 2 * static_cast<int64_t>(Encode(e).size()));  // generous, not wasteful
+}
+
+TEST_CASE("LogRateLimiter writes one line per interval and kind, and counts the rest", "[log]") {
+  auto t = std::make_shared<LogRateLimiter::Clock::time_point>();
+  LogRateLimiter limiter(std::chrono::seconds(10), [t] { return *t; }, 3);
+  CHECK(limiter.Allow("a").log);
+  for (int i = 0; i < 1000; ++i) CHECK_FALSE(limiter.Allow("a").log);
+  CHECK(limiter.Allow("b").log);  // kinds are independent
+  *t += std::chrono::milliseconds(9999);
+  CHECK_FALSE(limiter.Allow("a").log);
+  *t += std::chrono::milliseconds(1);
+  auto d = limiter.Allow("a");
+  REQUIRE(d.log);
+  CHECK(d.suppressed == 1001);
+  CHECK(d.since_s == Approx(10.0));
+  CHECK(LogRateLimiter::Suffix(d) == " (1001 more like it in the last 10 s not logged)");
+  d = limiter.Allow("b");  // b's interval has passed too, with nothing dropped
+  REQUIRE(d.log);
+  CHECK(d.suppressed == 0);
+  CHECK(LogRateLimiter::Suffix(d).empty());
+  // The table is full (a, b and the shared slot): every further kind shares one line per interval.
+  CHECK(limiter.Allow("c").log);
+  CHECK_FALSE(limiter.Allow("d").log);
+  CHECK_FALSE(limiter.Allow("e").log);
+  *t += std::chrono::seconds(10);
+  d = limiter.Allow("f");
+  REQUIRE(d.log);
+  CHECK(d.suppressed == 2);
+}
+
+namespace {
+// What the process writes to file descriptor 2 while it lives (protobuf's default log handler writes there).
+class StderrCapture {
+ public:
+  StderrCapture() : file_(std::tmpfile()) {
+    REQUIRE(file_ != nullptr);
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    REQUIRE(::dup2(::fileno(file_), 2) == 2);
+  }
+  ~StderrCapture() {
+    if (saved_ >= 0) Restore();
+    std::fclose(file_);
+  }
+  std::string Stop() {
+    Restore();
+    std::string text;
+    std::rewind(file_);
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file_)) > 0;) text.append(buf, n);
+    return text;
+  }
+
+ private:
+  void Restore() {
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::FILE* file_;
+  int saved_ = -1;
+};
+
+int CountLines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    n += std::string_view(text).substr(start, end - start).find(needle) != std::string_view::npos;
+    start = end + 1;
+  }
+  return n;
+}
+
+// An envelope of one of the five kinds with a string field, that field holding `bad` (same length as the
+// placeholder): built by replacing bytes, since protobuf would complain when serialising invalid UTF-8 itself.
+std::string WithInvalidUtf8(int kind, const std::string& bad) {
+  const std::string placeholder(bad.size(), 'P');
+  wire::Envelope e;
+  switch (kind) {
+    case 0: e.mutable_hello()->set_worker_id(placeholder); break;
+    case 1: e.mutable_hello()->set_env_name(placeholder); break;
+    case 2: e.mutable_welcome()->set_error(placeholder); break;
+    case 3: e.mutable_stop()->set_reason(placeholder); break;
+    default: e.mutable_error()->set_message(placeholder); break;
+  }
+  std::string bytes = Encode(e);
+  const auto at = bytes.find(placeholder);
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, bad.size(), bad);
+  return bytes;
+}
+}  // namespace
+
+TEST_CASE("1000 messages with invalid UTF-8 strings are refused and logged at most once per interval", "[wire][log]") {
+  // A clock that stands still unless the test moves it: no sleeps, no dependence on the machine's speed.
+  auto t = std::make_shared<LogRateLimiter::Clock::time_point>(LogRateLimiter::Clock::time_point{} +
+                                                               std::chrono::hours(1));
+  InstallProtobufLogHandler([t] { return *t; });
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(2000);
+  spdlog::default_logger()->sinks().push_back(ring);
+  StderrCapture err;
+  std::mt19937 rng(1126);
+  auto decode_bad = [&] {
+    // 0xFF never occurs in UTF-8; the rest are random bytes.
+    std::string bad(1 + rng() % 16, '\xff');
+    for (std::size_t i = 1; i < bad.size(); ++i) bad[i] = static_cast<char>(rng() % 256);
+    const std::string bytes = WithInvalidUtf8(static_cast<int>(rng() % 5), bad);
+    wire::Envelope out;
+    const Status s = Decode(bytes.data(), bytes.size(), &out);
+    CHECK_FALSE(s.ok());  // still refused: the field stays a validated string
+  };
+  for (int i = 0; i < 1000; ++i) decode_bad();
+  *t += kLogRateInterval;
+  decode_bad();
+  const std::string captured = err.Stop();
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), ring), sinks.end());
+  std::string logged;
+  for (const auto& line : ring->last_formatted()) logged += line;
+
+  INFO("stderr:\n" << captured.substr(0, 2000) << "\nspdlog:\n" << logged.substr(0, 2000));
+  CHECK(ProtobufLogMessages() == 1001);  // protobuf complained about every message...
+  CHECK(CountLines(captured, "invalid UTF-8") == 0);  // ...none of it straight to stderr...
+  CHECK(CountLines(logged, "invalid UTF-8") == 2);    // ...and two lines in the log: the first, and one 10 s on
+  CHECK(CountLines(logged, "protobuf: String field") == 2);
+  CHECK(CountLines(logged, "(999 more like it in the last 10 s not logged)") == 1);
 }

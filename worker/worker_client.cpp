@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/protobuf_log.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "worker/random.h"
@@ -27,6 +28,7 @@ uint64_t MixSeed(uint64_t seed, uint64_t index) { return SplitMix64(seed + 0x9E3
 
 Status WorkerClient::Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
                             std::unique_ptr<WorkerClient>* out) {
+  InstallProtobufLogHandler();  // before any thread parses a message
   std::unique_ptr<WorkerClient> w(new WorkerClient());
   w->config_ = config;
   w->endpoint_ = learner_endpoint;
