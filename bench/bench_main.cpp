@@ -261,7 +261,10 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
   r.rewards = torch::ones({T, N}, on);
   r.dones = (torch::rand({T, N}, on) < 0.02).to(torch::kFloat32);
   r.last_value = torch::randn({N}, on);
-  trainer.Update(r, 0.0);  // warm-up
+  // Warm-up: the first update creates Adam's state (LibTorch path); with ppo.graph_update the second warms up and
+  // captures the CUDA graph.
+  trainer.Update(r, 0.0);
+  trainer.Update(r, 0.0);
   farm::SynchronizeCurrentStream(device);
   int64_t updates = 0;
   const auto t0 = Clock::now();
@@ -277,7 +280,8 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
                             static_cast<double>(std::min<int64_t>(config.ppo.num_minibatches, T * N));
   fmt::print("{}\n", nlohmann::json{{"case", "update"}, {"config", config_path}, {"samples_per_update", T * N},
                                     {"device", device.str()}, {"precision", config.learner.precision},
-                                    {"fused", trainer.fused()}, {"grad_steps_per_second", grad_steps / t},
+                                    {"fused", trainer.fused()}, {"graphed", trainer.graphed_updates() > 0},
+                                    {"grad_steps_per_second", grad_steps / t},
                                     {"hidden", config.ppo.hidden_sizes}, {"skipped_steps", trainer.scaler().skipped_steps()},
                                     {"epochs", config.ppo.update_epochs}, {"minibatches", config.ppo.num_minibatches},
                                     {"ms_per_update", 1e3 * t / static_cast<double>(updates)},

@@ -163,6 +163,11 @@ struct PpoConfig {
   // update as the LibTorch path, several times faster for small MLPs); on = require it (error otherwise);
   // off = always the LibTorch (autograd + torch::optim::Adam) path.
   std::string fused_update = "auto";
+  // The graphed update (learner/ppo_graph.h): each minibatch step (forward, loss, backward, clip, Adam)
+  // replayed from a CUDA graph instead of launched kernel by kernel. auto = on a CUDA device in fp32 or bf16
+  // when the minibatches are of equal size; on = whenever it can run (on the CPU the same static step runs
+  // without a graph: for tests); off = the LibTorch path. The first update of a run is always LibTorch's.
+  std::string graph_update = "auto";
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -183,6 +188,7 @@ struct PpoConfig {
     v("encoder", encoder, Rule::OneOf({"mlp", "cnn"}));
     v("bootstrap_truncated", bootstrap_truncated);
     v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));
+    v("graph_update", graph_update, Rule::OneOf({"auto", "on", "off"}));
   }
 };
 

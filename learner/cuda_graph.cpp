@@ -92,7 +92,8 @@ struct GraphedActor::Impl {
       for (int i = 0; i < 3; ++i) (void)Forward(bucket.input, bucket.state);
       side.synchronize();
       bucket.graph = std::make_unique<at::cuda::CUDAGraph>();
-      bucket.graph->capture_begin();
+      // Thread-local capture mode: the trainer thread's synchronisations stay legal during this capture.
+      bucket.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       bucket.output = Forward(bucket.input, bucket.state);
       bucket.graph->capture_end();
     }

@@ -35,6 +35,8 @@
 
 #include "common/channel.h"
 #include "common/curve.h"
+#include "common/log_limit.h"
+#include "common/protobuf_log.h"
 #include "common/resources.h"
 #include "common/running_stats.h"
 #include "common/transport.h"
@@ -260,6 +262,8 @@ struct Learner::Impl {
   int64_t workers_lost = 0;
   Clock::time_point last_worker_check = Clock::now();
   int64_t errors = 0;                 // answered by the inference thread
+  // Its warnings about them, at most one per client and kLogRateInterval: a client decides their rate.
+  LogRateLimiter error_log{kLogRateInterval, {}, 1024};
   std::atomic<int64_t> io_errors{0};  // answered by the I/O thread (undecodable, unexpected type)
   int64_t non_finite_rejected = 0;    // requests refused for NaN/Inf (learner.non_finite: reject; also in errors)
   int64_t non_finite_sanitized = 0;   // values replaced by 0 (learner.non_finite: sanitize)
@@ -289,6 +293,7 @@ void Learner::RequestStop(const std::string& reason) {
 }
 
 Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) {
+  // UNFIXED InstallProtobufLogHandler();
   auto impl = std::make_unique<Impl>(config);
   if (auto s = impl->Init(); !s.ok()) return s;
   Impl* p = impl.get();
@@ -402,6 +407,9 @@ void Learner::Impl::IoLoop() {
   std::vector<zmq::message_t> frames;
   std::unordered_map<int, std::string> peers;  // open connections' descriptors -> peer address
   std::string err_scratch;
+  // Undecodable messages arrive at whatever rate a client sends them: each gets its Error and is counted,
+  // but the log says so at most once per kLogRateInterval, with the count in between.
+  LogRateLimiter bad_message_log;
   auto send_error = [&](const std::string& identity, const std::string& message) {
     io_errors.fetch_add(1);
     wire::Envelope e;
@@ -445,7 +453,8 @@ void Learner::Impl::IoLoop() {
         }
         Work w;
         if (auto s = Decode(frames[1].data(), frames[1].size(), &w.msg); !s.ok()) {
-          spdlog::warn("bad message from {}: {}", identity, s.message());
+          if (const LogRateLimiter::Decision d{true, 0, 0}; d.log)
+            spdlog::warn("bad message from {}: {}{}", identity, s.message(), LogRateLimiter::Suffix(d));
           send_error(identity, s.message());
           continue;
         }
@@ -538,7 +547,8 @@ void Learner::Impl::Reply(const std::string& identity, const wire::Envelope& env
 void Learner::Impl::ReplyError(const std::string& identity, const std::string& message,
                                const wire::StepRequest* req) {
   ++errors;
-  spdlog::warn("{}: {}", identity, message);
+  if (const auto d = error_log.Allow("error " + identity); d.log)
+    spdlog::warn("{}: {}{}", identity, message, LogRateLimiter::Suffix(d));
   wire::Envelope e;
   e.mutable_error()->set_message(message);
   if (req) {
@@ -554,7 +564,8 @@ void Learner::Impl::OnHello(Work& w) {
   auto* welcome = reply.mutable_welcome();
   auto refuse = [&](const std::string& why) {
     ++errors;
-    spdlog::warn("refused {}: {}", w.identity, why);
+    if (const auto d = error_log.Allow("refused " + w.identity); d.log)
+      spdlog::warn("refused {}: {}{}", w.identity, why, LogRateLimiter::Suffix(d));
     welcome->set_accepted(false);
     welcome->set_error(why);
     Reply(w.identity, reply);
@@ -1363,6 +1374,12 @@ nlohmann::json Learner::Impl::Summary() const {
       {"solved_at_steps", opt(solved_at_steps)},
       {"solved_at_seconds", opt(solved_at_seconds)},
       {"updates", updates},
+      // The update's implementation: fused (CPU), graphed (CUDA graphs; its first update is LibTorch's) or libtorch.
+      {"update_path", !trainer                          ? "none"
+                      : trainer->fused()                ? "fused"
+                      : trainer->graphed_updates() > 0 ? "graphed"
+                                                        : "libtorch"},
+      {"graphed_updates", trainer ? trainer->graphed_updates() : int64_t{0}},
       {"policy_version", version},
       {"workers", workers.size() + static_cast<std::size_t>(workers_lost)},
       {"workers_active", workers.size()},

@@ -3,6 +3,7 @@
 #include "learner/ppo.h"
 
 #include "learner/ppo_fused.h"
+#include "learner/ppo_graph.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -184,7 +185,19 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
                                   " (set ppo.fused_update to auto to fall back to the LibTorch update)");
     }
   }
+  const std::string& graph = config_.graph_update;
+  if (graph != "auto" && graph != "on" && graph != "off")
+    throw std::invalid_argument("PpoTrainer: ppo.graph_update must be auto, on or off, got '" + graph + "'");
+  if (!fused_ && graph != "off") {
+    const Status s = GraphedPpoStep::Check(precision_, *optimizer_);
+    if (graph == "on" && !s.ok())
+      throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but " + s.message() +
+                                  " (set ppo.graph_update to auto or off)");
+    use_graph_ = s.ok() && (graph == "on" || device_.is_cuda());
+  }
 }
+
+int PpoTrainer::graph_captures() const { return graphed_ ? graphed_->captures() : 0; }
 
 PpoTrainer::~PpoTrainer() = default;
 
@@ -268,6 +281,43 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
 
   // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
   const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, units);
+  // A minibatch's permutation of units: on CUDA drawn on the device (LibTorch's default CUDA generator,
+  // seeded by torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch.
+  const auto permutation = [&] {
+    return device.is_cuda() ? torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device))
+                            : torch::randperm(units, generator_, torch::kLong);
+  };
+
+  // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
+  if (use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
+    if (!graphed_)
+      graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
+    const int64_t per_minibatch = units / num_minibatches;
+    graphed_->Begin({b_obs, b_states, b_actions, b_logp, b_values, b_advantages, b_returns}, k, per_minibatch,
+                    stats.learning_rate);
+    for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
+      const torch::Tensor perm = permutation();
+      for (int64_t mb = 0; mb < num_minibatches; ++mb)
+        graphed_->Step(perm.slice(0, mb * per_minibatch, (mb + 1) * per_minibatch));
+      ++stats.epochs;
+      if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
+    }
+    const GraphedPpoStep::Sums sums = graphed_->End();
+    const torch::Tensor means = (sums.stats / static_cast<double>(sums.steps)).cpu();
+    const double* m = means.data_ptr<double>();
+    stats.policy_loss = m[kPolicyLoss];
+    stats.value_loss = m[kValueLoss];
+    stats.entropy = m[kEntropy];
+    stats.approx_kl = m[kApproxKl];
+    stats.old_approx_kl = m[kOldApproxKl];
+    stats.clip_fraction = m[kClipFraction];
+    stats.grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
+    stats.loss_scale = scaler_.scale();
+    stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    ++graphed_updates_;
+    return stats;
+  }
+
   torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   double grad_norm_sum = 0;
   // On CUDA the grad norms add up on the device (no sync per minibatch); read once at the end.
@@ -275,11 +325,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   int64_t minibatches_run = 0;
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
-    // On CUDA the permutation is drawn on the device (LibTorch's default CUDA generator, seeded by
-    // torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch's kernels.
-    const torch::Tensor perm =
-        device.is_cuda() ? torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device))
-                         : torch::randperm(units, generator_, torch::kLong);
+    const torch::Tensor perm = permutation();
     torch::Tensor last_approx_kl;
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
       const int64_t begin = mb * units / num_minibatches;

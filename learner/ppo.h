@@ -81,6 +81,7 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
 torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm);
 
 class FusedPpoUpdate;  // learner/ppo_fused.h
+class GraphedPpoStep;  // learner/ppo_graph.h
 
 class PpoTrainer {
  public:
@@ -91,6 +92,8 @@ class PpoTrainer {
   // CheckFusedUpdate passes (CPU, fp32, the ActorCritic MLP) and the LibTorch path otherwise; "on" requires
   // it (std::invalid_argument saying why it cannot run); "off" always takes the LibTorch path. A policy with
   // a global state (centralised critic) or the cnn encoder always takes the LibTorch path.
+  // config.graph_update picks the CUDA-graph step (ppo_graph.h) for the LibTorch path: "on" throws
+  // std::invalid_argument when GraphedPpoStep::Check fails; "auto" uses it on CUDA when Check passes.
   PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision = Precision::kFp32);
   ~PpoTrainer();
 
@@ -109,6 +112,9 @@ class PpoTrainer {
   Precision precision() const { return precision_; }
   // Whether Update runs the fused CPU path.
   bool fused() const { return fused_ != nullptr; }
+  // Updates run by the graphed step (GraphedPpoStep), and graphs it captured.
+  int64_t graphed_updates() const { return graphed_updates_; }
+  int graph_captures() const;
 
  private:
   ActorCritic policy_;
@@ -119,6 +125,9 @@ class PpoTrainer {
   LossScaler scaler_;
   torch::Generator generator_;  // minibatch shuffling
   std::unique_ptr<FusedPpoUpdate> fused_;  // set when the fused path is used
+  bool use_graph_ = false;                 // graph_update chosen (built on the first update that can use it)
+  std::unique_ptr<GraphedPpoStep> graphed_;
+  int64_t graphed_updates_ = 0;
 };
 
 }  // namespace farm

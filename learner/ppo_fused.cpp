@@ -33,13 +33,12 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <utility>
 
+#include "learner/adam_state.h"
 #include "learner/mlp_kernels.h"
 
 namespace farm {
@@ -51,20 +50,6 @@ constexpr float kHalfLog2Pi = 0.91893853320467274178f;
 // Layers with fewer outputs than this (policy and value heads) run forward as row dot products with W;
 // wider ones as a GEMM with W^T, kept transposed for it.
 constexpr int64_t kNarrowLayer = 16;
-
-// The key of a parameter's entry in Optimizer::state(): LibTorch 1.x keys it by the TensorImpl address
-// printed as a string (c10::guts::to_string), 2.x by the address itself. Chosen by the map's key type.
-template <class StateMap>
-typename StateMap::key_type StateKey(const StateMap& /*state*/, const torch::Tensor& param) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;
-    out << param.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
 
 bool IsCpuFloatContiguous(const torch::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
@@ -340,7 +325,7 @@ void FusedPpoUpdate::Bind(torch::optim::Adam& optimizer) {
       throw std::invalid_argument("FusedPpoUpdate: the optimizer does not hold every parameter of the policy");
     if (param.options->amsgrad() || param.options->weight_decay() != 0)
       throw std::invalid_argument("FusedPpoUpdate: Adam with amsgrad or weight decay is not implemented");
-    const auto key = StateKey(state, param.tensor);
+    const auto key = AdamStateKey(state, param.tensor);
     auto it = state.find(key);
     if (it == state.end()) {
       auto fresh = std::make_unique<torch::optim::AdamParamState>();

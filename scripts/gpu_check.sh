@@ -7,10 +7,10 @@
 #   2. build against the device's LibTorch (CUDA) in build-gpu/;
 #   3. unit tests (CUDA cases included: loss scaler fused path, CUDA graphs, streams);
 #   4. CartPole end to end in fp32, fp16, bf16 and fp32 + CUDA graphs (4 runs side by side);
-#   5. PPO update samples/s per precision for a 3x512 MLP (and the default 2x64);
+#   5. PPO update samples/s, graphed (CUDA graphs) and not, fp32 and bf16, for the default 2x64 MLP and a 3x512;
 #   6. training throughput with 16 workers (async, cartpole_fast with 1,024 envs per worker and T = 16) and the GPU's busy
-#      fraction (nvidia-smi utilization.gpu sampled every 100 ms), 4 and 1 minibatches per epoch, and the
-#      time to solve with configs/cartpole_fast.yaml as it is;
+#      fraction (nvidia-smi utilization.gpu sampled every 100 ms): graphed update with 4 minibatches per
+#      epoch, the same launched kernel by kernel, and graphed with 1 minibatch;
 #   7. inference rows/s (plain forward loop and the learner's serving), eager vs CUDA graphs;
 #   8. matmul peak (TF32, bf16).
 # Output under $OUT (default ./gpu-out): log.txt (everything), summary.txt (one line per figure),
@@ -114,15 +114,19 @@ if enough 60 tests; then
   grep -h "skipped" "$D"/test_*.txt | sort | uniq -c
 fi
 
-# PPO update cost per precision: 3x512 MLP (where lower precision shows) and the default 2x64.
+# PPO update cost: graphed (ppo.graph_update auto, the default: CUDA graphs from the second update) against the
+# LibTorch path launched kernel by kernel (off), per precision, for the default 2x64 MLP and a 3x512 one.
 if enough 60 update; then
   say "PPO update samples/s"
-  for h in "512,512,512" "64,64"; do
-    for p in fp32 fp16 bf16; do
-      line="$("$B" --seconds 3 update --config configs/cartpole_fast.yaml --envs 4096 \
-        --set learner.device=$DEV --set learner.precision=$p --set "ppo.hidden_sizes=[$h]" 2>&1 | tail -1)"
-      echo "$line" >>"$OUT/results.jsonl"
-      fig "update hidden=[$h] $p: $line"
+  for h in "64,64" "512,512,512"; do
+    for p in fp32 bf16; do
+      for g in auto off; do
+        line="$("$B" --seconds 3 update --config configs/cartpole_fast.yaml --envs 4096 \
+          --set learner.device=$DEV --set learner.precision=$p --set "ppo.hidden_sizes=[$h]" \
+          --set ppo.rollout_length=16 --set ppo.graph_update=$g 2>&1 | tail -1)"
+        echo "$line" >>"$OUT/results.jsonl"
+        fig "update hidden=[$h] $p graph_update=$g: $line"
+      done
     done
   done
 fi
@@ -175,6 +179,7 @@ for line in open(smi):
         util.append(float(parts[1]))
 busy = sum(util) / len(util) if util else float("nan")
 keys = ["env_steps", "wall_seconds", "sps", "mean_return_100", "solved_at_steps", "solved_at_seconds", "updates",
+        "update_path", "graphed_updates",
         "batch_rows_avg", "device", "precision"]
 short = {k: s.get(k) for k in keys if k in s}
 times = {k: s[k] for k in s if k.startswith("time_")}
@@ -188,12 +193,13 @@ if enough 100 train; then
   smi_pid=$!
   train_run fast16 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 stop_at_target=false \
     total_env_steps=1000000000 max_wall_seconds=30
+  if enough 90 train; then  # the same with the update launched kernel by kernel
+    train_run fast16_eager 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 \
+      stop_at_target=false total_env_steps=1000000000 max_wall_seconds=30 ppo.graph_update=off
+  fi
   if enough 90 train; then
     train_run fast16_mb1 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 \
       stop_at_target=false total_env_steps=1000000000 max_wall_seconds=30 ppo.num_minibatches=1
-  fi
-  if enough 80 train; then
-    train_run solve16 40 max_wall_seconds=40
   fi
   kill "$smi_pid" 2>/dev/null
 fi

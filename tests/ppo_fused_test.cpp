@@ -9,13 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "common/config.h"
+#include "learner/adam_state.h"
 #include "learner/mlp_kernels.h"
 #include "learner/policy.h"
 #include "learner/ppo.h"
@@ -57,23 +56,9 @@ double RelativeDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / scale;
 }
 
-// The key of `param` in Optimizer::state(): the TensorImpl address, printed as a string in LibTorch 1.x, the
-// pointer itself in 2.x (a template, so that only the branch for this version's key type is compiled).
-template <class StateMap>
-typename StateMap::key_type KeyOf(const StateMap& /*state*/, const torch::Tensor& param) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream address;
-    address << param.unsafeGetTensorImpl();
-    return address.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
-
 const torch::optim::AdamParamState& AdamState(torch::optim::Adam& optimizer, const torch::Tensor& param) {
   const auto& state = optimizer.state();
-  const auto it = state.find(KeyOf(state, param));
+  const auto it = state.find(AdamStateKey(state, param));
   if (it == state.end()) throw std::logic_error("no Adam state for a parameter");
   return static_cast<const torch::optim::AdamParamState&>(*it->second);
 }
