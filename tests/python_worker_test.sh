@@ -3,9 +3,12 @@
 # (worker/python/farm_worker.py) on tests/python/cue_env.py, a 10-step contextual bandit
 # (max return 10, random policy 5). The learner learns the spaces from the handshake, so
 # the config's env.name does not matter. Passes when the run is solved (mean return of the
-# last 100 episodes >= 9.5) with both workers and no protocol error.
+# last 100 episodes >= 9.5) with both workers and no protocol error, a continuous-action run
+# and a CURVE run go through, and a run with env.normalize_obs and env.normalize_reward sends
+# exactly the normalised data (part 4; checked message by message) and learns.
 # Usage: python_worker_test.sh BUILD_DIR
-# Needs python3 with zmq and google.protobuf (Debian: python3-zmq python3-protobuf).
+# Needs python3 with zmq and google.protobuf (Debian: python3-zmq python3-protobuf), and numpy
+# for part 4's check (python3-numpy); the worker itself needs no numpy.
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,9 +42,11 @@ echo "python: $py ($("$py" -c 'import sys, zmq, google.protobuf as p; print(sys.
 tmp="$(mktemp -d)"
 run_dir="$tmp/run"
 learner_pid=""
+tap_pid=""
 worker_pids=()
 cleanup() {
   if [ -n "$learner_pid" ]; then kill -TERM "$learner_pid" 2>/dev/null || true; fi
+  if [ -n "$tap_pid" ]; then kill -TERM "$tap_pid" 2>/dev/null || true; fi
   for p in "${worker_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$tmp"
@@ -71,6 +76,98 @@ assert len(info["final_obs"]) == 12 and info["final_obs"][3] == 1.0  # t/length 
 assert all(obs[4 * i + 3] == 0.0 for i in range(3)), "auto-reset: new first observations"
 assert info["episodes"] == [(10.0, 10)] * 3, info["episodes"]
 print("VectorEnv ok")
+PY
+
+# The Python worker's Normalizer (no learner): Welford statistics, the float32 transform and clip, reward
+# scaling by hand (the numbers of tests/normalizer_test.cpp), deltas, the learner's statistics and their checks.
+FARM_PYTHON_PATH="$proto_dir" "$py" - "$root" <<'PY'
+import math, sys
+root = sys.argv[1]
+sys.path[:0] = [root + "/worker/python", root + "/tests/python"]
+import farm_worker as fw
+pb = fw.load_proto()
+from array import array
+
+# RunningMoments: Welford rows; rows with NaN/Inf are not counted.
+m = fw.RunningMoments(3)
+m.add_rows(array("f", [0, 10, -5, 2, 10, -5, float("nan"), 1, 1, 4, 10, -5, 1, float("inf"), 1]), 5)
+assert m.count == 3 and m.mean == [2.0, 10.0, -5.0] and m.m2 == [8.0, 0.0, 0.0], (m.count, m.mean, m.m2)
+assert fw.RunningMoments(2).variance(0) == 1.0
+# ObsTransform: clip((x - mean) / sqrt(var + 1e-8), +-clip) in float32.
+t = fw.ObsTransform(m, 5.0)
+out = t.apply(array("f", [5, 10.01, -6]))
+assert abs(out[0] - 3.0 / math.sqrt(8.0 / 3.0 + 1e-8)) < 1e-6 and out[1] == 5.0 and out[2] == -5.0, list(out)
+again = t.apply(array("f", [5, 10, -5]))
+f = lambda x: array("f", [x])[0]
+assert again[0] == min(max(f(f(5.0 - t.mean[0]) / t.std[0]), -5.0), 5.0) and again[1] == 0.0 and again[2] == 0.0
+ident = fw.ObsTransform(fw.RunningMoments(3), 10.0).apply(array("f", [0.5, -3, 42]))
+assert abs(ident[0] - 0.5) < 1e-7 and abs(ident[1] + 3) < 1e-6 and ident[2] == 10.0, list(ident)
+
+# Rewards 1, 2, 3 (terminated), then 1: G = 1, 2.5, 4.25, 1; reward' = r / sqrt(var(G so far) + 1e-8), clip 10
+# (the numbers of tests/normalizer_test.cpp).
+class Steps:
+    observation_space = fw.Box(-1.0, 1.0, (1,))
+    action_space = fw.Discrete(1)
+    def __init__(self): self.k = 0
+    def reset(self, seed=None): return [0.0], {}
+    def step(self, a):
+        self.k += 1
+        return [float(self.k)], [1.0, 2.0, 3.0, 1.0][(self.k - 1) % 4], self.k == 3, False, {}
+v = fw.VectorEnv([Steps()])
+n = fw.Normalizer(fw.NormalizerOptions(reward=True, gamma=0.5), 1)
+assert n.add_group(1) == 0
+v.reset()
+n.on_reset(0, v)
+expected = [10.0, 2.666666642962963, 2.2588408920943572, 0.7468160427323144]
+for k in range(4):
+    _, _, _, _, info = v.step([0])
+    n.on_step(0, v, info["final_obs"])
+    assert abs(n.reward(0)[0] - expected[k]) < 1e-6 * expected[k], (k, n.reward(0)[0])
+    assert n.obs(0) is v.obs  # untouched without normalize_obs
+assert n.ret_view.count == 4 and n.ret_view.mean[0] == 2.1875
+
+# Deltas and the learner's statistics.
+o = fw.NormalizerOptions(obs=True, reward=True)
+n = fw.Normalizer(o, 2)
+n.add_group(2)
+class Two:
+    observation_space = fw.Box(-1e9, 1e9, (2,))
+    action_space = fw.Discrete(2)
+    def __init__(self): self.x = 0.0
+    def reset(self, seed=None): self.x = 100.0; return [self.x, -self.x], {}
+    def step(self, a): self.x += 10.0; return [self.x, 1.0], 5.0, False, False, {}
+v = fw.VectorEnv([Two(), Two()])
+v.reset(); n.on_reset(0, v)
+assert n.own_obs.count == 2 and n.pending_obs.count == 2 and list(n.obs(0)) == [0.0, 0.0, 0.0, 0.0]
+_, _, _, _, info = v.step([0, 0]); n.on_step(0, v, info["final_obs"])
+d = pb.NormalizerStats()
+n.take_delta(d)
+assert d.HasField("obs") and d.HasField("ret") and d.obs.count == 4 and d.ret.count == 2, d
+assert n.pending_obs.count == 0 and n.pending_ret.count == 0 and n.own_obs.count == 4
+g = pb.NormalizerStats()
+g.obs.count, g.ret.count = 10, 10
+g.obs.mean.extend([100.0, 0.0]); g.obs.m2.extend([40.0, 10.0]); g.ret.mean.append(0.0); g.ret.m2.append(250.0)
+n.apply_global(g, "test")
+assert n.has_global_obs and n.obs_view.count == 10 and not n.frozen
+_, _, _, _, info = v.step([0, 0]); n.on_step(0, v, info["final_obs"])
+assert abs(n.obs(0)[0] - 20.0 / math.sqrt(4.0 + 1e-8)) < 1e-5, list(n.obs(0))  # x = 120
+assert abs(n.reward(0)[0] - 1.0) < 1e-6, list(n.reward(0))  # 5 / sqrt(25)
+assert n.own_obs.count == 4 and n.pending_obs.count == 2  # own statistics no longer updated
+for bad in ("dim", "m2", "missing"):
+    b = pb.NormalizerStats(); b.CopyFrom(g)
+    if bad == "dim": b.obs.mean.append(1.0)
+    if bad == "m2": b.obs.m2[0] = -1.0
+    if bad == "missing": b.ClearField("ret")
+    try:
+        n.apply_global(b, "test"); raise AssertionError(bad)
+    except fw.ProtocolError as e:
+        pass
+fz = pb.NormalizerStats(); fz.CopyFrom(g); fz.frozen = True; fz.obs.count = 0
+n.apply_global(fz, "test")
+assert n.frozen and n.obs_view.count == 0
+h = pb.Hello(); o.to_wire(h.normalization)
+assert h.normalization.normalize_obs and h.normalization.reward_clip == 10.0 and h.normalization.gamma == 0.99
+print("Normalizer ok")
 PY
 
 # start_learner RUN_DIR KEY=VALUE...: the learner in the background; sets learner_pid and endpoint.
@@ -112,9 +209,11 @@ wait_all() {
   worker_pids=()
 }
 
-# 1. Discrete actions: two Python workers must solve the cue task.
+# 1. Discrete actions: two Python workers must solve the cue task. The learner waits for both
+# (learner.min_workers): it solves the task in well under a second, which a busy machine may
+# take to start the second interpreter.
 start=$(date +%s)
-start_learner "$run_dir" total_env_steps=60000 target_return=9.5 stop_at_target=true
+start_learner "$run_dir" total_env_steps=60000 target_return=9.5 stop_at_target=true learner.min_workers=2
 start_worker 0 make
 start_worker 1 make
 wait_all
@@ -176,4 +275,62 @@ s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
 print("curve summary: workers", s["workers"], "steps", s["env_steps"], "auth_refused", s["auth_refused"])
 assert s["workers"] == 1 and s["env_steps"] >= 2000 and s["protocol_errors"] == 0, s
 print("ok: a Python worker with a listed CURVE key trained")
+PY
+
+# 4. Observation normalisation and reward scaling (docs/ENVIRONMENTS.md, "Observation and reward normalisation")
+# on tests/python/cue_env.py make_scaled (observations around 200 and 1000 with rare spikes, rewards 0 or 50).
+# A Python worker without the learner's settings is refused at the handshake, naming the keys. One with them
+# talks to the learner through norm_tap.py proxy, which records every message; norm_tap.py check then replays
+# them against what the envs returned ($CUE_ENV_LOG): every observation, final observation and reward sent must
+# be the normalised one (own statistics first, then the learner's as each reply brought them), each delta the
+# statistics of exactly the rows since the last one, once per rollout, and the learner's merged statistics those
+# of every row up to that rollout. Needs numpy for the check (Debian: python3-numpy).
+if ! "$py" -c 'import numpy' 2>/dev/null; then
+  echo "FAIL: the normalisation check needs numpy in $py (apt-get install -y python3-numpy)" >&2; exit 1
+fi
+norm_sets=(total_env_steps=15360 target_return=475 stop_at_target=false env.normalize_obs=true
+           env.normalize_reward=true ppo.rollout_length=32 ppo.gamma=0.98)
+norm_args=(--normalize-obs --normalize-reward --gamma 0.98 --rollout-length 32)
+rm -f "$tmp"/worker-*.json
+start_learner "$tmp/run_norm" "${norm_sets[@]}"
+rc=0
+FARM_PYTHON_PATH="$proto_dir" timeout 30 "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+  --env-module "$root/tests/python/cue_env.py:make_scaled" --index 5 --give-up-s 20 > "$tmp/plain.log" 2>&1 || rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "env.normalize_obs false (learner: true)" "$tmp/plain.log"; then
+  cat "$tmp/plain.log"
+  echo "FAIL: a Python worker without normalisation: expected status 1 and 'env.normalize_obs false (learner: true)'" >&2
+  exit 1
+fi
+echo "ok: refused without normalisation: $(grep -o "env.normalize_obs false.*normalize_reward[^,;]*" "$tmp/plain.log")"
+rm -f "$tmp/tap_endpoint" "$tmp/env_log.jsonl"
+FARM_PYTHON_PATH="$proto_dir" "$py" "$root/tests/python/norm_tap.py" proxy "$endpoint" "$tmp/tap_endpoint" \
+  "$tmp/capture.bin" &
+tap_pid=$!
+for _ in $(seq 300); do [ -s "$tmp/tap_endpoint" ] && break; sleep 0.1; done
+[ -s "$tmp/tap_endpoint" ] || { echo "FAIL: norm_tap.py proxy did not start" >&2; exit 1; }
+learner_endpoint="$endpoint"
+endpoint="$(cat "$tmp/tap_endpoint")"
+CUE_ENV_LOG="$tmp/env_log.jsonl" start_worker 0 make_scaled "${norm_args[@]}"
+endpoint="$learner_endpoint"
+wait_all
+rc=0
+wait "$tap_pid" || rc=$?
+tap_pid=""
+[ "$rc" -eq 0 ] || { echo "FAIL: norm_tap.py proxy exited with status $rc (no Stop forwarded)" >&2; exit 1; }
+FARM_PYTHON_PATH="$proto_dir" "$py" "$root/tests/python/norm_tap.py" check "$tmp/capture.bin" "$tmp/env_log.jsonl" \
+  --rollout-length 32 --gamma 0.98
+"$py" - "$tmp/run_norm" "$tmp/worker-0.json" <<'PY'
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+w = json.load(open(sys.argv[2]))
+print("norm summary: steps", s["env_steps"], "mean_return_100", s["mean_return_100"], "protocol_errors",
+      s["protocol_errors"], "worker normalizer counts", w["normalizer"]["obs_count"], w["normalizer"]["ret_count"])
+# The one protocol error is the refused worker's handshake.
+assert s["workers"] == 1 and s["protocol_errors"] == 1 and s["env_steps"] >= 15360, s
+n = w["normalizer"]
+assert not n["frozen"] and n["obs_count"] > 0 and n["ret_count"] > 0, n
+# Raw returns (0..500). Normalised, the run reached 475 at 2.9k steps and ended at 499.5; the same run
+# without normalisation ended at 424, never reaching 475 (checked by hand, 2026-11-26).
+assert s["mean_return_100"] is not None and s["mean_return_100"] >= 475, s["mean_return_100"]
+print("ok: normalisation")
 PY

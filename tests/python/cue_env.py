@@ -8,9 +8,18 @@ semantics), so the maximum return is 10 and a uniform policy averages 5.
 make_continuous() gives the same cue with one continuous action in [-1, 1]
 (reward 1 - |action - cue| / 2), for the float32 action path.
 
+make_scaled() gives the same task with badly scaled observations and rewards, for the
+normalisation test: observation [200 + 50 cue, noise with rare spikes of 1000, 3 + 0.01 noise,
+1000 t / length], reward 50 or 0 (max return 500). With $CUE_ENV_LOG set, each such env
+appends what it returned (every observation, whether it ended an episode, every reward) as one
+JSON line to that file when it is closed.
+
 Pure Python, no numpy or gymnasium: its spaces are small duck-typed objects, as a
 Gymnasium env's would be (Discrete: `n`; Box: `shape`, `low`, `high`).
 """
+import itertools
+import json
+import os
 import random
 
 
@@ -64,8 +73,50 @@ class ContinuousCueEnv(CueEnv):
         return self._obs(), reward, False, self._t >= self.length, {}
 
 
+class ScaledCueEnv(CueEnv):
+    """CueEnv with observations and rewards far from unit scale; logs what it returned (see above)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, length=10):
+        super().__init__(length)
+        self.observation_space = _Box(low=[150.0, -1.0, 2.99, 0.0], high=[250.0, 1000.0, 3.01, 1000.0], shape=(4,))
+        self.id = next(ScaledCueEnv._ids)  # creation order: the worker builds group 0's envs first
+        self.log = {"id": self.id, "obs": [], "ended": [], "rewards": []}
+
+    def _scaled(self, obs):
+        cue, noise, noise2, t = obs
+        spike = 1000.0 if self._rng.random() < 0.003 else noise
+        return [200.0 + 50.0 * cue, spike, 3.0 + 0.01 * noise2, 1000.0 * t]
+
+    def reset(self, seed=None, options=None):
+        obs, info = super().reset(seed, options)
+        obs = self._scaled(obs)
+        self.log["obs"].append(obs)
+        self.log["ended"].append(False)
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        obs, reward = self._scaled(obs), 50.0 * reward
+        self.log["obs"].append(obs)
+        self.log["ended"].append(bool(terminated or truncated))
+        self.log["rewards"].append(reward)
+        return obs, reward, terminated, truncated, info
+
+    def close(self):
+        path = os.environ.get("CUE_ENV_LOG")
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps(self.log) + "\n")
+
+
 def make():
     return CueEnv()
+
+
+def make_scaled():
+    return ScaledCueEnv()
 
 
 def make_continuous():
