@@ -26,7 +26,8 @@ class LogRateLimiter {
 
   // `now` defaults to Clock::now. At most `max_kinds` kinds are tracked (a kind
   // is a key the caller chooses, such as a source location); lines of further
-  // kinds share one, so that no input can grow the table without bound.
+  // kinds share one, so that no input can grow the table without bound (a full
+  // table first forgets the kinds whose interval is over with nothing dropped).
   explicit LogRateLimiter(Clock::duration interval = kLogRateInterval, Now now = {}, std::size_t max_kinds = 256);
 
   struct Decision {

@@ -2,10 +2,13 @@
 // a client's rate are its complaints about proto3 `string` fields holding
 // invalid UTF-8 (Hello.worker_id and env_name, Welcome.error, Stop.reason,
 // Error.message). Changing them to `bytes` would stop the complaints and keep
-// the wire format, but it would also drop the check: those texts go into the
-// log, into summary.json (nlohmann::json refuses invalid UTF-8 when it
-// writes) and into Error replies, so each use would need its own validation,
-// and the Python worker's API would change (str -> bytes). Keeping `string`
+// the wire format, but it would also drop the check, and those texts are used
+// as text: the learner quotes env_name in its log, in a refusal's
+// Welcome.error (a string again, for the other side to parse) and in
+// summary.json (nlohmann::json throws on invalid UTF-8 when it writes); the
+// worker logs the learner's Error.message, Stop.reason and Welcome.error. Each
+// use would need its own validation, and the Python worker's API would change
+// (str -> bytes; assigning a str to a bytes field raises). Keeping `string`
 // means a message with invalid UTF-8 still fails to parse, and the learner
 // answers it with an Error and counts it in protocol_errors, as any other
 // undecodable message; the handler only keeps protobuf's line about it from

@@ -293,7 +293,7 @@ void Learner::RequestStop(const std::string& reason) {
 }
 
 Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) {
-  // UNFIXED InstallProtobufLogHandler();
+  InstallProtobufLogHandler();  // before any thread parses a message
   auto impl = std::make_unique<Impl>(config);
   if (auto s = impl->Init(); !s.ok()) return s;
   Impl* p = impl.get();
@@ -453,7 +453,7 @@ void Learner::Impl::IoLoop() {
         }
         Work w;
         if (auto s = Decode(frames[1].data(), frames[1].size(), &w.msg); !s.ok()) {
-          if (const LogRateLimiter::Decision d{true, 0, 0}; d.log)
+          if (const auto d = bad_message_log.Allow("undecodable"); d.log)
             spdlog::warn("bad message from {}: {}{}", identity, s.message(), LogRateLimiter::Suffix(d));
           send_error(identity, s.message());
           continue;

@@ -13,10 +13,12 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <random>
 #include <thread>
 #include <zmq.hpp>
 
 #include "common/files.h"
+#include "common/log_limit.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "learner/learner.h"
@@ -279,6 +281,52 @@ TEST_CASE("each bad message gets an Error and a good client is not affected", "[
 
   learner.Stop();
   CHECK(learner.summary()["protocol_errors"].get<int>() == 10);
+}
+
+TEST_CASE("a flood of messages with invalid UTF-8 gets an Error each, a count, and a few log lines",
+          "[learner][protocol]") {
+  LogCapture log;  // before the learner's threads start
+  ServedLearner learner;
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(good.Receive().welcome().accepted());
+  uint64_t good_seq = 0;
+  ServeGood(good, good_seq++);
+
+  // Hellos whose worker_id is not UTF-8 (0xFF never is; the rest random, seeded), put in by replacing
+  // the bytes of a placeholder: protobuf itself would complain when serialising them.
+  const auto start = std::chrono::steady_clock::now();
+  Client flood(learner.endpoint(), "flood");
+  std::mt19937 rng(1126);
+  constexpr int kMessages = 1000;
+  for (int i = 0; i < kMessages; ++i) {
+    std::string bad(8, '\xff');
+    for (std::size_t j = 1; j < bad.size(); ++j) bad[j] = static_cast<char>(rng() % 256);
+    wire::Envelope hello = Hello(obs, act, 8, 2, kProtocolVersion);
+    hello.mutable_hello()->set_worker_id(std::string(bad.size(), 'P'));
+    std::string bytes = Encode(hello);
+    const auto at = bytes.find(std::string(bad.size(), 'P'));
+    REQUIRE(at != std::string::npos);
+    bytes.replace(at, bad.size(), bad);
+    flood.SendRaw(bytes);
+    const auto e = flood.Receive();
+    REQUIRE(e.has_error());
+    CHECK_THAT(e.error().message(), Catch::Contains("cannot parse"));
+    if (i % 100 == 0) ServeGood(good, good_seq++);  // the good client is served all along
+  }
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  learner.Stop();
+  CHECK(learner.summary()["protocol_errors"].get<int>() == kMessages);
+  // One line per kLogRateInterval, each for protobuf's complaint and the learner's own: the first, then one
+  // per interval that passed (none, unless this machine took more than 10 s for the loop).
+  const int allowed = 1 + static_cast<int>(elapsed_s / std::chrono::duration<double>(kLogRateInterval).count()) + 1;
+  INFO("elapsed " << elapsed_s << " s");
+  CHECK(log.Count("bad message from", "cannot parse") >= 1);
+  CHECK(log.Count("bad message from", "cannot parse") <= allowed);
+  CHECK(log.Count("protobuf:", "invalid UTF-8") >= 1);
+  CHECK(log.Count("protobuf:", "invalid UTF-8") <= allowed);
 }
 
 TEST_CASE("NaN or Inf in a request is refused with an Error naming it (learner.non_finite: reject)",

@@ -367,9 +367,16 @@ TEST_CASE("LogRateLimiter writes one line per interval and kind, and counts the 
   CHECK_FALSE(limiter.Allow("d").log);
   CHECK_FALSE(limiter.Allow("e").log);
   *t += std::chrono::seconds(10);
-  d = limiter.Allow("f");
+  CHECK(limiter.Allow("a").log);
+  d = limiter.Allow("g");  // b, idle, is forgotten; the table is still full with a and the shared slot
   REQUIRE(d.log);
   CHECK(d.suppressed == 2);
+  CHECK_FALSE(limiter.Allow("h").log);
+  *t += std::chrono::seconds(10);
+  d = limiter.Allow("i");  // a is forgotten too: room for a kind of its own
+  REQUIRE(d.log);
+  CHECK(d.suppressed == 0);
+  CHECK_FALSE(limiter.Allow("i").log);
 }
 
 namespace {
