@@ -27,6 +27,11 @@ bool BuiltWithCuda() {
 #endif
 }
 
+std::unique_lock<std::mutex> LockCudaGenerator(torch::Device device) {
+  static std::mutex mutex;
+  return device.is_cuda() ? std::unique_lock<std::mutex>(mutex) : std::unique_lock<std::mutex>();
+}
+
 int64_t GraphedActor::BucketRows(int64_t rows) {
   int64_t bucket = 16;
   while (bucket < rows) bucket *= 2;
@@ -130,6 +135,7 @@ ActOutput GraphedActor::Act(const torch::Tensor& obs, const torch::Tensor& state
   if (impl_->state_shape.empty() == state.defined())
     throw std::invalid_argument(state.defined() ? "GraphedActor::Act: a global state for a policy without one"
                                                 : "GraphedActor::Act: the policy's critic needs the global state");
+  const auto generator_lock = LockCudaGenerator(impl_->device);  // the capture, the replay's draws
   Impl::Bucket& b = impl_->Get(rows);
   b.input.narrow(0, 0, rows).copy_(obs.reshape(b.input.narrow(0, 0, rows).sizes()), /*non_blocking=*/true);
   if (state.defined())

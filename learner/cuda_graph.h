@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/status.h"
@@ -76,6 +77,13 @@ class ScopedCudaStream {
 
 // Waits for the work queued on the calling thread's current stream of `device` (no-op for a CPU device).
 void SynchronizeCurrentStream(torch::Device device);
+
+// LibTorch's default CUDA generator is one per process, and a CUDA graph capture marks it as capturing: a draw
+// from it on another thread meanwhile (sampling actions, a minibatch permutation) aborts the process ("Offset
+// increment outside graph capture encountered unexpectedly"). So every capture, every replay and every eager
+// draw from it on the learner's threads holds this lock, taken for a CUDA `device` only (a CPU device gets an
+// empty lock). Draws take microseconds to queue; captures happen once per shape.
+std::unique_lock<std::mutex> LockCudaGenerator(torch::Device device);
 
 // Whether this build was compiled against a CUDA LibTorch (FARM_WITH_CUDA).
 bool BuiltWithCuda();

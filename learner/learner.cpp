@@ -832,6 +832,7 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
         obs = obs.to(device, /*non_blocking=*/true);
         if (state.defined()) state = state.to(device, /*non_blocking=*/true);
       }
+      const auto generator_lock = LockCudaGenerator(device);  // sampling draws while the trainer may capture
       out = acting->Act(obs.view(shape), state, config.learner.deterministic);
     }
     *action = out.action.to(torch::kCPU).contiguous();

@@ -2,6 +2,7 @@
 // entropy bonus, global grad-norm clip, linear LR annealing, optional target-KL early stop.
 #include "learner/ppo.h"
 
+#include "learner/cuda_graph.h"
 #include "learner/ppo_fused.h"
 #include "learner/ppo_graph.h"
 
@@ -284,8 +285,9 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   // A minibatch's permutation of units: on CUDA drawn on the device (LibTorch's default CUDA generator,
   // seeded by torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch.
   const auto permutation = [&] {
-    return device.is_cuda() ? torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device))
-                            : torch::randperm(units, generator_, torch::kLong);
+    if (!device.is_cuda()) return torch::randperm(units, generator_, torch::kLong);
+    const auto generator_lock = LockCudaGenerator(device);  // the inference thread may be capturing
+    return torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device));
   };
 
   // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).

@@ -252,6 +252,8 @@ void GraphedPpoStep::Step(const torch::Tensor& unit_idx) {
     return;
   }
 #ifdef FARM_WITH_CUDA
+  // The step draws no random numbers, but captures and replays touch the default CUDA generator's state.
+  const auto generator_lock = LockCudaGenerator(m.device);
   if (m.graph) {
     m.graph->replay();
     return;

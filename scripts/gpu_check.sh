@@ -94,6 +94,8 @@ done
 B="$BUILD/bench/farm-bench"
 TESTS=()
 for t in "$BUILD"/tests/*_test; do [ -x "$t" ] && TESTS+=("$(basename "$t")"); done
+# FARM_GPU_TESTS: only these test programs (names separated by spaces), for a short rerun.
+[ -n "${FARM_GPU_TESTS:-}" ] && read -r -a TESTS <<<"$FARM_GPU_TESTS"
 
 # Unit tests, one process per test binary, side by side (CTest's one process per case would pay CUDA's
 # start-up each time). The process-level tests run on the CPU machine; the learner tests here act on the GPU

@@ -8,6 +8,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -109,11 +111,12 @@ void CompareWithLibTorch(const Case& c) {
   int epochs_run = 0;
   for (int update = 0; update < 4; ++update) {
     INFO("update " << update);
-    if (c.device.is_cuda()) torch::cuda::manual_seed_all(40 + update);  // the same device permutations
     const Rollout rollout = MakeRollout(a, c.steps, c.envs, c.k, c.device);
     const double progress = 0.2 * update;
+    // The same permutations on CUDA (drawn from the default generators: small ones on the CPU's).
+    if (c.device.is_cuda()) torch::manual_seed(40 + update);
     const PpoStats sa = libtorch.Update(rollout, progress);
-    if (c.device.is_cuda()) torch::cuda::manual_seed_all(40 + update);
+    if (c.device.is_cuda()) torch::manual_seed(40 + update);
     const PpoStats sb = graphed.Update(rollout, progress);
     CHECK(sb.epochs == sa.epochs);
     epochs_run += sa.epochs;
@@ -217,6 +220,59 @@ TEST_CASE("The CUDA graph of the PPO step matches the LibTorch update on the GPU
   }
   INFO("discrete " << c.discrete << ", state " << c.state);
   CompareWithLibTorch(c);
+}
+
+}  // namespace farm
+
+namespace farm {
+
+TEST_CASE("Captures of the PPO step while another thread samples on the GPU (LockCudaGenerator)",
+          "[ppo][graph][cuda]") {
+  if (!BuiltWithCuda() || !torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  // The learner's inference thread samples actions from the default CUDA generator while the trainer
+  // captures; without the lock a draw during a capture aborts the process.
+  struct Sampler {
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> draws{0};
+    std::thread thread{[this] {
+      while (!stop.load()) {
+        torch::Tensor x;
+        {
+          const auto lock = LockCudaGenerator(torch::Device(torch::kCUDA));
+          x = torch::rand({256}, torch::TensorOptions().device(torch::kCUDA));
+        }
+        (void)x.sum().item<float>();
+        ++draws;
+      }
+    }};
+    ~Sampler() {
+      stop = true;
+      thread.join();
+    }
+  };
+  torch::manual_seed(8);
+  ActorCritic net = MakePolicy(true, false);
+  net->to(torch::kCUDA);
+  PpoConfig config;
+  config.num_minibatches = 2;
+  config.graph_update = "on";
+  int captures = 0;
+  {
+    Sampler sampler;
+    for (int i = 0; i < 6; ++i) {
+      // A new batch shape each time from the third update: a capture each time, while the sampler draws.
+      PpoTrainer trainer(net, config, 1);
+      const Rollout r = MakeRollout(net, 4, 4 + 2 * i, 1, torch::Device(torch::kCUDA));
+      trainer.Update(r, 0);
+      trainer.Update(r, 0);
+      captures += trainer.graph_captures();
+    }
+    CHECK(sampler.draws.load() > 0);
+  }
+  CHECK(captures == 6);
 }
 
 }  // namespace farm
