@@ -193,13 +193,16 @@ if enough 100 train; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 \
     >"$D/nvsmi.csv" 2>/dev/null &
   smi_pid=$!
-  train_run fast16 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 stop_at_target=false \
-    total_env_steps=1000000000 max_wall_seconds=30
-  if enough 90 train; then  # the same with the update launched kernel by kernel
+  # FARM_GPU_TRAIN_RUNS: which of the runs (default all three).
+  runs=" ${FARM_GPU_TRAIN_RUNS:-fast16 fast16_eager fast16_mb1} "
+  [[ "$runs" == *" fast16 "* ]] &&
+    train_run fast16 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 stop_at_target=false \
+      total_env_steps=1000000000 max_wall_seconds=30
+  if [[ "$runs" == *" fast16_eager "* ]] && enough 90 train; then  # the update launched kernel by kernel
     train_run fast16_eager 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 \
       stop_at_target=false total_env_steps=1000000000 max_wall_seconds=30 ppo.graph_update=off
   fi
-  if enough 90 train; then
+  if [[ "$runs" == *" fast16_mb1 "* ]] && enough 90 train; then
     train_run fast16_mb1 30 env.num_envs=1024 ppo.rollout_length=16 batcher.max_rows=16384 \
       stop_at_target=false total_env_steps=1000000000 max_wall_seconds=30 ppo.num_minibatches=1
   fi
