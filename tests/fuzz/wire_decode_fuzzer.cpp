@@ -14,8 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include <google/protobuf/stubs/logging.h>
-
+#include "common/protobuf_log.h"
 #include "tests/fuzz/fuzz_messages.h"
 
 namespace {
@@ -135,8 +134,10 @@ void OnAction(const wire::ActionReply& reply) {
 }  // namespace
 
 // Protobuf logs every string field with invalid UTF-8 it refuses; the refusal itself is what is checked.
+// Its messages go through the learner's and worker's handler (into spdlog, a line per 10 s at most),
+// which is fuzzed along with them.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
+  InstallProtobufLogHandler();
   return 0;
 }
 
