@@ -38,9 +38,16 @@
 namespace farm {
 namespace {
 
-std::mutex g_mu;                              // guards g_limiter's replacement
-std::shared_ptr<LogRateLimiter> g_limiter;    // null until installed
-std::atomic<int64_t> g_messages{0};
+// Never destroyed: protobuf may log from another thread or a static destructor while the process exits.
+struct Router {
+  std::mutex mu;                            // guards limiter's replacement
+  std::shared_ptr<LogRateLimiter> limiter;  // null until installed
+  std::atomic<int64_t> messages{0};
+};
+Router& TheRouter() {
+  static Router* router = new Router;
+  return *router;
+}
 
 #if FARM_PROTOBUF_LOG_HANDLER
 spdlog::level::level_enum ToSpdlog(google::protobuf::LogLevel level) {
@@ -53,7 +60,8 @@ spdlog::level::level_enum ToSpdlog(google::protobuf::LogLevel level) {
 }
 
 void Handle(google::protobuf::LogLevel level, const char* filename, int line, const std::string& message) {
-  g_messages.fetch_add(1, std::memory_order_relaxed);
+  Router& r = TheRouter();
+  r.messages.fetch_add(1, std::memory_order_relaxed);
   // FATAL: protobuf throws or aborts right after; never hold that line back.
   if (level == google::protobuf::LOGLEVEL_FATAL) {
     spdlog::critical("protobuf: {} ({}:{})", message, filename ? filename : "?", line);
@@ -61,8 +69,8 @@ void Handle(google::protobuf::LogLevel level, const char* filename, int line, co
   }
   std::shared_ptr<LogRateLimiter> limiter;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
-    limiter = g_limiter;
+    std::lock_guard<std::mutex> lock(r.mu);
+    limiter = r.limiter;
   }
   // The kind is protobuf's source location: a bounded set, whatever the input.
   const auto d = limiter->Allow(fmt::format("{}:{}", filename ? filename : "?", line));
@@ -76,11 +84,12 @@ void Handle(google::protobuf::LogLevel level, const char* filename, int line, co
 }  // namespace
 
 void InstallProtobufLogHandler(LogRateLimiter::Now now) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_limiter && !now) return;
-  const bool first = !g_limiter;
-  g_limiter = std::make_shared<LogRateLimiter>(kLogRateInterval, std::move(now));
-  g_messages.store(0);
+  Router& r = TheRouter();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.limiter && !now) return;
+  const bool first = !r.limiter;
+  r.limiter = std::make_shared<LogRateLimiter>(kLogRateInterval, std::move(now));
+  r.messages.store(0);
 #if FARM_PROTOBUF_LOG_HANDLER
   if (first) google::protobuf::SetLogHandler(&Handle);
 #else
@@ -88,6 +97,6 @@ void InstallProtobufLogHandler(LogRateLimiter::Now now) {
 #endif
 }
 
-int64_t ProtobufLogMessages() { return g_messages.load(); }
+int64_t ProtobufLogMessages() { return TheRouter().messages.load(); }
 
 }  // namespace farm
