@@ -31,6 +31,18 @@ void CheckShape(const torch::Tensor& t, torch::IntArrayRef expected, const char*
   }
 }
 
+// The loss statistics from their per-minibatch means (float64 [kNumStats], any device): one host sync.
+void SetMeans(const torch::Tensor& means, PpoStats* stats) {
+  const torch::Tensor host = means.cpu();
+  const double* m = host.data_ptr<double>();
+  stats->policy_loss = m[kPolicyLoss];
+  stats->value_loss = m[kValueLoss];
+  stats->entropy = m[kEntropy];
+  stats->approx_kl = m[kApproxKl];
+  stats->old_approx_kl = m[kOldApproxKl];
+  stats->clip_fraction = m[kClipFraction];
+}
+
 // 1 - Var(y - pred) / Var(y) (population variances); NaN when Var(y) == 0, where it is undefined.
 double ExplainedVariance(const torch::Tensor& pred, const torch::Tensor& y) {
   const double var_y = y.var(/*unbiased=*/false).item<double>();
@@ -305,14 +317,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
       if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
     }
     const GraphedPpoStep::Sums sums = graphed_->End();
-    const torch::Tensor means = (sums.stats / static_cast<double>(sums.steps)).cpu();
-    const double* m = means.data_ptr<double>();
-    stats.policy_loss = m[kPolicyLoss];
-    stats.value_loss = m[kValueLoss];
-    stats.entropy = m[kEntropy];
-    stats.approx_kl = m[kApproxKl];
-    stats.old_approx_kl = m[kOldApproxKl];
-    stats.clip_fraction = m[kClipFraction];
+    SetMeans(sums.stats / static_cast<double>(sums.steps), &stats);
     stats.grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
     stats.loss_scale = scaler_.scale();
     stats.explained_variance = ExplainedVariance(b_values, b_returns);
@@ -382,14 +387,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   }
 
   if (device.is_cuda()) grad_norm_sum += grad_norm_device.item<double>();
-  const torch::Tensor means = (stat_sums / static_cast<double>(minibatches_run)).cpu();
-  const double* m = means.data_ptr<double>();
-  stats.policy_loss = m[kPolicyLoss];
-  stats.value_loss = m[kValueLoss];
-  stats.entropy = m[kEntropy];
-  stats.approx_kl = m[kApproxKl];
-  stats.old_approx_kl = m[kOldApproxKl];
-  stats.clip_fraction = m[kClipFraction];
+  SetMeans(stat_sums / static_cast<double>(minibatches_run), &stats);
   stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
   stats.loss_scale = scaler_.scale();
   stats.explained_variance = ExplainedVariance(b_values, b_returns);

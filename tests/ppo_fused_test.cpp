@@ -18,6 +18,7 @@
 #include "learner/mlp_kernels.h"
 #include "learner/policy.h"
 #include "learner/ppo.h"
+#include "tests/ppo_test_util.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
 #undef CHECK
@@ -35,26 +36,10 @@ ActorCritic MakePolicy(bool discrete, const std::vector<int>& hidden) {
 
 // A rollout acted by `net` (so the first ratios are 1), with random rewards, dones and bootstrap values.
 Rollout MakeRollout(ActorCritic& net, int64_t steps, int64_t envs) {
-  c10::InferenceMode inference;
-  const torch::Tensor obs = torch::randn({steps * envs, kObsDim});
-  const ActOutput act = net->Act(obs);
-  Rollout r;
-  r.obs = obs.reshape({steps, envs, kObsDim});
-  r.actions =
-      act.action.dim() == 1 ? act.action.reshape({steps, envs}) : act.action.reshape({steps, envs, act.action.size(1)});
-  r.logp = act.logp.reshape({steps, envs});
-  r.values = act.value.reshape({steps, envs});
-  r.rewards = torch::randn({steps, envs});
-  r.dones = (torch::rand({steps, envs}) < 0.1).to(torch::kFloat32);
-  r.last_value = torch::randn({envs});
-  return r;
+  return testing::ActedRollout(net, torch::randn({steps * envs, kObsDim}), {}, steps, envs);
 }
 
-// max |a - b| / max(max |b|, 1): relative to the tensor's scale, absolute for tensors near zero.
-double RelativeDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  const double scale = std::max(b.abs().max().item<double>(), 1.0);
-  return (a - b).abs().max().item<double>() / scale;
-}
+using testing::RelativeDiff;
 
 const torch::optim::AdamParamState& AdamState(torch::optim::Adam& optimizer, const torch::Tensor& param) {
   const auto& state = optimizer.state();

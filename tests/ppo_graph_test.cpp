@@ -18,6 +18,7 @@
 #include "learner/cuda_graph.h"
 #include "learner/policy.h"
 #include "learner/ppo.h"
+#include "tests/ppo_test_util.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
 #undef CHECK
@@ -38,34 +39,18 @@ ActorCritic MakePolicy(bool discrete, bool state) {
                   : ActorCritic(obs, Space::Box({2}, {-1}, {1}), hidden, options);
 }
 
-// A rollout acted by `net` with random rewards and dones; with a state, the k rows of an env share one.
+// A rollout acted by `net`; with a state, the k rows of an env share one.
 Rollout MakeRollout(ActorCritic& net, int64_t steps, int64_t envs, int64_t k, torch::Device device) {
-  c10::InferenceMode inference;
-  Rollout r;
   const torch::Tensor obs = torch::randn({steps * envs, kObsDim});
   torch::Tensor states;
-  if (net->has_global_state()) {
+  if (net->has_global_state())
     states = torch::rand({steps, envs / k, 1, 2, 3}).expand({steps, envs / k, k, 2, 3}).reshape({steps * envs, 2, 3});
-    r.states = states.reshape({steps, envs, 2, 3});
-    r.rows_per_state = k;
-  }
-  const ActOutput act = net->Act(obs.to(device), states.defined() ? states.to(device) : states);
-  r.obs = obs.reshape({steps, envs, kObsDim});
-  r.actions = act.action.dim() == 1 ? act.action.reshape({steps, envs})
-                                    : act.action.reshape({steps, envs, act.action.size(1)});
-  r.actions = r.actions.cpu();
-  r.logp = act.logp.reshape({steps, envs}).cpu();
-  r.values = act.value.reshape({steps, envs}).cpu();
-  r.rewards = torch::randn({steps, envs});
-  r.dones = (torch::rand({steps, envs}) < 0.1).to(torch::kFloat32);
-  r.last_value = torch::randn({envs});
+  Rollout r = testing::ActedRollout(net, obs, states, steps, envs, device);
+  if (states.defined()) r.rows_per_state = k;
   return r;
 }
 
-double RelativeDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  const double scale = std::max(b.abs().max().item<double>(), 1.0);
-  return (a - b).abs().max().item<double>() / scale;
-}
+using testing::RelativeDiff;
 
 struct Case {
   bool discrete = true;
