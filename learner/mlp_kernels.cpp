@@ -144,7 +144,10 @@ FARM_ALWAYS_INLINE void TanhImpl(float* __restrict values, int64_t count) {
     const float n = (v * kLog2e + kRoundMagic) - kRoundMagic;
     const float r = (v - n * kLn2Hi) - n * kLn2Lo;
     const float exp_r = 1.0f + r + r * r * (kQ0 + r * (kQ1 + r * (kQ2 + r * (kQ3 + r * kQ4))));
-    const float t = exp_r * __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);  // * 2^n
+    // n is in [-58, 0] for finite x; a NaN x makes n NaN, whose conversion to int would be undefined: 0
+    // instead (the NaN still reaches the result through r).
+    const float n_bits = n >= -64.0f ? n : 0.0f;
+    const float t = exp_r * __builtin_bit_cast(float, (static_cast<int32_t>(n_bits) + 127) << 23);  // * 2^n
     const float large = (1.0f - t) / (1.0f + t);
     values[k] = std::copysign(a < 0.625f ? small : large, x);
   }
