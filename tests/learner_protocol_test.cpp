@@ -168,6 +168,12 @@ class LogCapture {
 };
 
 // One good client's step seq (first when seq is 0): answered with actions for that seq.
+// `c` says hello with this layout (8 envs in 2 groups, the current protocol) and is welcomed.
+void Join(Client& c, const Space& obs, const Space& act) {
+  c.Send(Hello(obs, act, 8, 2, kProtocolVersion));
+  REQUIRE(c.Receive().welcome().accepted());
+}
+
 void ServeGood(Client& good, uint64_t seq) {
   good.Send(Step(0, seq, 4, 3, seq > 0));
   const auto reply = good.Receive();
@@ -182,8 +188,7 @@ TEST_CASE("continuous actions reach the worker clipped to the action bounds", "[
   Client c(learner.endpoint(), "box-client");
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Box({2}, {-0.001f}, {0.001f});  // a unit-std Gaussian almost never lands inside
-  c.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(c.Receive().welcome().accepted());
+  Join(c, obs, act);
   c.Send(Step(0, 0, 4, 3, false));
   const auto reply = c.Receive();
   REQUIRE(reply.has_action());
@@ -203,8 +208,7 @@ TEST_CASE("each bad message gets an Error and a good client is not affected", "[
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Discrete(4);
   Client good(learner.endpoint(), "good");
-  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(good.Receive().welcome().accepted());
+  Join(good, obs, act);
 
   Client bad(learner.endpoint(), "bad");
   // Garbage bytes.
@@ -229,8 +233,7 @@ TEST_CASE("each bad message gets an Error and a good client is not affected", "[
   REQUIRE_FALSE(e.welcome().accepted());
   CHECK_THAT(e.welcome().error(), Catch::Contains("does not match"));
   // A proper handshake, then shapes that contradict it, and order violations.
-  bad.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(bad.Receive().welcome().accepted());
+  Join(bad, obs, act);
   bad.Send(Step(0, 0, 5, 3, false));  // 5 rows, the group has 4
   e = bad.Receive();
   REQUIRE(e.has_error());
@@ -290,8 +293,7 @@ TEST_CASE("a flood of messages with invalid UTF-8 gets an Error each, a count, a
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Discrete(4);
   Client good(learner.endpoint(), "good");
-  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(good.Receive().welcome().accepted());
+  Join(good, obs, act);
   uint64_t good_seq = 0;
   ServeGood(good, good_seq++);
 
@@ -336,10 +338,8 @@ TEST_CASE("NaN or Inf in a request is refused with an Error naming it (learner.n
   const Space act = Space::Discrete(4);
   Client good(learner.endpoint(), "good");
   Client bad(learner.endpoint(), "nan-worker");
-  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(good.Receive().welcome().accepted());
-  bad.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(bad.Receive().welcome().accepted());
+  Join(good, obs, act);
+  Join(bad, obs, act);
   uint64_t good_seq = 0;
   ServeGood(good, good_seq++);
 
@@ -393,10 +393,8 @@ TEST_CASE("NaN or Inf is replaced by 0 with one warning per worker and interval 
   const Space act = Space::Discrete(4);
   Client good(learner.endpoint(), "good");
   Client bad(learner.endpoint(), "inf-worker");
-  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(good.Receive().welcome().accepted());
-  bad.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(bad.Receive().welcome().accepted());
+  Join(good, obs, act);
+  Join(bad, obs, act);
   uint64_t good_seq = 0;
   ServeGood(good, good_seq++);
 
@@ -436,11 +434,9 @@ TEST_CASE("duplicated seqs and unknown message types get an Error each and are c
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Discrete(4);
   Client good(learner.endpoint(), "good");
-  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(good.Receive().welcome().accepted());
+  Join(good, obs, act);
   Client odd(learner.endpoint(), "odd");
-  odd.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(odd.Receive().welcome().accepted());
+  Join(odd, obs, act);
   uint64_t good_seq = 0;
   ServeGood(good, good_seq++);
 
@@ -488,8 +484,7 @@ TEST_CASE("an oversized message costs its sender the connection, not the learner
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Discrete(4);
   Client good(learner.endpoint(), "good");
-  good.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(good.Receive().welcome().accepted());
+  Join(good, obs, act);
   uint64_t good_seq = 0;
   ServeGood(good, good_seq++);
 
@@ -503,8 +498,7 @@ TEST_CASE("an oversized message costs its sender the connection, not the learner
 
   // A worker that joins, then sends more than the limit: ZeroMQ drops its connection, the message with it.
   Client big(learner.endpoint(), "big");
-  big.Send(Hello(obs, act, 8, 2, kProtocolVersion));
-  REQUIRE(big.Receive().welcome().accepted());
+  Join(big, obs, act);
   wire::Envelope huge = Step(0, 0, 4, 3, false);
   huge.mutable_step()->mutable_obs()->mutable_data()->append(20000, '\0');
   big.Send(huge);
