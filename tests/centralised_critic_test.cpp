@@ -19,6 +19,7 @@
 #include "learner/checkpoint.h"
 #include "learner/export.h"
 #include "learner/policy.h"
+#include "tests/temp_dir.h"
 #include "learner/ppo.h"
 #include "learner/trajectory_store.h"
 
@@ -31,14 +32,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "farm-ctde-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = pattern;
-  }
-  ~TempDir() { (void)RemoveTree(path); }  // not std::filesystem::remove_all: see RemoveTree
-  std::string path;
+// Each test's own directory, removed at scope exit.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("farm-ctde-test") {}
 };
 
 const Space kObs = Space::Box({3}, {-5.f}, {5.f});

@@ -18,6 +18,7 @@
 #include "learner/checkpoint.h"
 #include "learner/metrics.h"
 #include "learner/policy.h"
+#include "tests/temp_dir.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's (and abort on failure
 // instead of reporting): include Catch last and drop glog's macro first.
@@ -30,14 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory under $TMPDIR, removed at scope exit.
-struct TempDir {
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "farm-export-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = pattern;
-  }
-  ~TempDir() { (void)RemoveTree(path); }  // not std::filesystem::remove_all: see RemoveTree
-  std::string path;
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("farm-export-test") {}
 };
 
 void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }

@@ -19,6 +19,7 @@
 #include "worker/env.h"
 #include "worker/env_group.h"
 #include "worker/worker_client.h"
+#include "tests/stand_in_learner.h"
 
 namespace farm {
 namespace {
@@ -348,12 +349,7 @@ TEST_CASE("MaxSessionMessageBytes counts the rows' global states", "[multi_agent
 // The worker: a WorkerClient running uav_coverage against a stand-in learner
 
 TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner's checks", "[multi_agent][worker]") {
-  zmq::context_t ctx(1);
-  zmq::socket_t router(ctx, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::rcvtimeo, 20000);  // a test that hangs fails instead
-  router.bind("tcp://127.0.0.1:*");
-  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  testing::StandInLearner learner;
 
   FarmConfig config;
   config.seed = 3;
@@ -361,34 +357,9 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
   config.env.num_envs = 4;
   config.env.num_groups = 2;  // 2 envs x 3 agents = 6 rows per group
   config.env.options = {{"agents", 3}, {"grid", 6}, {"obstacles", 2}, {"window", 3}, {"max_steps", 3}};
-  std::unique_ptr<WorkerClient> client;
-  const Status created = WorkerClient::Create(config, 0, endpoint, &client);
-  INFO(created.ToString());
-  REQUIRE(created.ok());
-  Status run_status;
-  std::thread worker([&] { run_status = client->Run(); });
-  // A failed REQUIRE below leaves the scope early: stop and join the worker on the way out.
-  struct JoinOnExit {
-    WorkerClient* client;
-    std::thread* thread;
-    ~JoinOnExit() {
-      if (!thread->joinable()) return;
-      client->RequestStop();
-      thread->join();
-    }
-  } join_on_exit{client.get(), &worker};
-
-  auto receive = [&](std::string* identity, wire::Envelope* env) {
-    zmq::message_t id, body;
-    REQUIRE(router.recv(id));
-    REQUIRE(router.recv(body));
-    *identity = id.to_string();
-    REQUIRE(Decode(body.data(), body.size(), env).ok());
-  };
-  auto send = [&](const std::string& identity, const wire::Envelope& env) {
-    router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-    router.send(zmq::buffer(Encode(env)), zmq::send_flags::none);
-  };
+  WorkerClient* client = learner.StartWorker(config);
+  auto receive = [&](std::string* identity, wire::Envelope* env) { learner.Receive(identity, env); };
+  auto send = [&](const std::string& identity, const wire::Envelope& env) { learner.Send(identity, env); };
 
   std::string identity;
   wire::Envelope in;
@@ -452,10 +423,7 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
     send(identity, reply);
     ++replies;
   }
-  wire::Envelope stop;
-  stop.mutable_stop()->set_reason("test done");
-  send(identity, stop);
-  worker.join();
+  const Status run_status = learner.StopAndJoin(identity);
   INFO(run_status.ToString());
   CHECK(run_status.ok());
   // Every reply, sent before Stop, stepped one group of 2 envs: env steps, not agent rows.

@@ -22,6 +22,7 @@
 #include "worker/env_group.h"
 #include "worker/normalizer.h"
 #include "worker/worker_client.h"
+#include "tests/stand_in_learner.h"
 
 namespace farm {
 namespace {
@@ -440,12 +441,7 @@ TEST_CASE("NormalizerStats, Normalization and the messages that carry them round
 
 TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollout, the learner's view taken up",
           "[normalizer][worker]") {
-  zmq::context_t ctx(1);
-  zmq::socket_t router(ctx, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::rcvtimeo, 20000);  // a test that hangs fails instead
-  router.bind("tcp://127.0.0.1:*");
-  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  testing::StandInLearner learner;
 
   FarmConfig config;
   config.seed = 5;
@@ -458,32 +454,9 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
   config.env.reward_clip = 1000;
   config.ppo.gamma = 0.5;
   config.ppo.rollout_length = 4;
-  std::unique_ptr<WorkerClient> client;
-  const Status created = WorkerClient::Create(config, 0, endpoint, &client);
-  INFO(created.ToString());
-  REQUIRE(created.ok());
-  Status run_status;
-  std::thread worker([&] { run_status = client->Run(); });
-  struct JoinOnExit {
-    WorkerClient* client;
-    std::thread* thread;
-    ~JoinOnExit() {
-      if (!thread->joinable()) return;
-      client->RequestStop();
-      thread->join();
-    }
-  } join_on_exit{client.get(), &worker};
-  auto receive = [&](std::string* identity, wire::Envelope* env) {
-    zmq::message_t id, body;
-    REQUIRE(router.recv(id));
-    REQUIRE(router.recv(body));
-    *identity = id.to_string();
-    REQUIRE(Decode(body.data(), body.size(), env).ok());
-  };
-  auto send = [&](const std::string& identity, const wire::Envelope& env) {
-    router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-    router.send(zmq::buffer(Encode(env)), zmq::send_flags::none);
-  };
+  WorkerClient* client = learner.StartWorker(config);
+  auto receive = [&](std::string* identity, wire::Envelope* env) { learner.Receive(identity, env); };
+  auto send = [&](const std::string& identity, const wire::Envelope& env) { learner.Send(identity, env); };
 
   std::string identity;
   wire::Envelope in;
@@ -562,10 +535,7 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
     }
     send(identity, reply);
   }
-  wire::Envelope stop;
-  stop.mutable_stop()->set_reason("test done");
-  send(identity, stop);
-  worker.join();
+  const Status run_status = learner.StopAndJoin(identity);
   INFO(run_status.ToString());
   CHECK(run_status.ok());
   REQUIRE(client->normalizer() != nullptr);
