@@ -14,9 +14,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
@@ -139,8 +141,10 @@ int BenchForward(int batch, int threads, double seconds, const std::string& devi
 
 // Clients that answer every ActionReply at once with the same observations:
 // the learner's serving capacity without env stepping.
+// latencies_us: each reply's time since its request was sent (requests of all groups are outstanding at
+// once, so queueing is included), for replies after measure_from.
 void RunClient(const std::string& endpoint, int index, int groups, int group_rows, double seconds,
-               std::atomic<int64_t>* rows_served) {
+               std::atomic<int64_t>* rows_served, Clock::time_point measure_from, std::vector<double>* latencies_us) {
   zmq::context_t ctx(1);
   farm::TransportConfig tc;
   auto sock = farm::MakeDealer(ctx, fmt::format("bench-client-{}", index), endpoint, tc);
@@ -162,6 +166,7 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
   std::vector<float> reward(static_cast<std::size_t>(group_rows), 1.f);
   const std::string flags(static_cast<std::size_t>(group_rows), '\0');
   std::vector<uint64_t> seq(static_cast<std::size_t>(groups), 0);
+  std::vector<Clock::time_point> sent(static_cast<std::size_t>(groups));
   farm::wire::Envelope out;
   auto send = [&](int g) {
     auto* r = out.mutable_step();
@@ -176,6 +181,7 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
       r->set_truncated(flags);
     }
     ++seq[g];
+    sent[g] = Clock::now();
     farm::SendEnvelope(sock, out, &scratch);
   };
   for (int g = 0; g < groups; ++g) send(g);
@@ -183,7 +189,11 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
   while (Since(t0) < seconds) {
     if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(10), &in, &st) || !st.ok() || !in.has_action()) return;
     rows_served->fetch_add(group_rows);
-    send(static_cast<int>(in.action().group()));
+    const int g = static_cast<int>(in.action().group());
+    const auto now = Clock::now();
+    if (now >= measure_from && g >= 0 && g < groups)
+      latencies_us->push_back(std::chrono::duration<double, std::micro>(now - sent[g]).count());
+    send(g);
   }
 }
 
@@ -214,8 +224,12 @@ int BenchServe(int batch, int threads, int clients, double seconds, const std::v
   std::atomic<int64_t> rows{0};
   std::vector<std::thread> client_threads;
   const double warmup = 0.5;
+  const auto measure_from = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(warmup));
+  std::vector<std::vector<double>> latencies(static_cast<std::size_t>(clients));
   for (int c = 0; c < clients; ++c)
-    client_threads.emplace_back(RunClient, learner->endpoint(), c, groups, group_rows, seconds + warmup, &rows);
+    client_threads.emplace_back(RunClient, learner->endpoint(), c, groups, group_rows, seconds + warmup, &rows,
+                                measure_from, &latencies[static_cast<std::size_t>(c)]);
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   const int64_t r0 = rows.load();
   const auto t0 = Clock::now();
@@ -226,7 +240,17 @@ int BenchServe(int batch, int threads, int clients, double seconds, const std::v
   learner->RequestStop("benchmark done");
   server.join();
   (void)farm::RemoveTree(config.run_dir);
+  std::vector<double> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  const auto percentile = [&](double q) {
+    if (all.empty()) return std::numeric_limits<double>::quiet_NaN();
+    auto at = all.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(all.size() - 1));
+    std::nth_element(all.begin(), at, all.end());
+    return *at;
+  };
+  const double p50 = percentile(0.5), p99 = percentile(0.99);
   fmt::print("{}\n", nlohmann::json{{"case", "serve"}, {"batch", batch}, {"threads", threads}, {"clients", clients},
+                                    {"latency_us_p50", p50}, {"latency_us_p99", p99}, {"replies", all.size()},
                                     {"group_rows", group_rows}, {"device", config.learner.device},
                                     {"precision", config.learner.precision},
                                     {"cuda_graphs", config.learner.cuda_graphs}, {"seconds", t},
