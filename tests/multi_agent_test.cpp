@@ -358,12 +358,10 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
   config.env.num_groups = 2;  // 2 envs x 3 agents = 6 rows per group
   config.env.options = {{"agents", 3}, {"grid", 6}, {"obstacles", 2}, {"window", 3}, {"max_steps", 3}};
   WorkerClient* client = learner.StartWorker(config);
-  auto receive = [&](std::string* identity, wire::Envelope* env) { learner.Receive(identity, env); };
-  auto send = [&](const std::string& identity, const wire::Envelope& env) { learner.Send(identity, env); };
 
   std::string identity;
   wire::Envelope in;
-  receive(&identity, &in);
+  learner.Receive(&identity, &in);
   REQUIRE(in.has_hello());
   Handshake hs;
   const Status hello_ok = CheckHello(in.hello(), &hs);
@@ -377,14 +375,14 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
   CHECK(hs.global_state->shape == std::vector<int64_t>{3, 6, 6});
   wire::Envelope welcome;
   welcome.mutable_welcome()->set_accepted(true);
-  send(identity, welcome);
+  learner.Send(identity, welcome);
 
   // Serve both groups "stay" until each has been truncated once (max_steps 3: at seq 3).
   std::vector<uint64_t> next_seq(2, 0);
   int truncated_requests = 0;
   int64_t replies = 0;
   while (truncated_requests < 2) {
-    receive(&identity, &in);
+    learner.Receive(&identity, &in);
     if (in.has_heartbeat()) continue;
     REQUIRE(in.has_step());
     const wire::StepRequest& req = in.step();
@@ -420,7 +418,7 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
     action->set_seq(req.seq());
     const std::vector<int64_t> stay(6, 0);
     SetTensor(action->mutable_action(), DType::kInt64, {6}, stay.data(), stay.size() * sizeof(int64_t));
-    send(identity, reply);
+    learner.Send(identity, reply);
     ++replies;
   }
   const Status run_status = learner.StopAndJoin(identity);

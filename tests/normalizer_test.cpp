@@ -455,12 +455,10 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
   config.ppo.gamma = 0.5;
   config.ppo.rollout_length = 4;
   WorkerClient* client = learner.StartWorker(config);
-  auto receive = [&](std::string* identity, wire::Envelope* env) { learner.Receive(identity, env); };
-  auto send = [&](const std::string& identity, const wire::Envelope& env) { learner.Send(identity, env); };
 
   std::string identity;
   wire::Envelope in;
-  receive(&identity, &in);
+  learner.Receive(&identity, &in);
   REQUIRE(in.has_hello());
   const auto& norm = in.hello().normalization();
   CHECK(norm.normalize_obs());
@@ -469,7 +467,7 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
   CHECK(norm.gamma() == 0.5);
   wire::Envelope welcome;
   welcome.mutable_welcome()->set_accepted(true);
-  send(identity, welcome);
+  learner.Send(identity, welcome);
 
   // The learner's statistics, sent with the reply to the first delta: observations all of mean (1, 98)
   // and variance (4, 16); returns of variance 4.
@@ -483,7 +481,7 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
   int64_t action_sent = 0;
   bool synced = false;
   for (uint64_t seq = 0; seq <= 9; ++seq) {
-    receive(&identity, &in);
+    learner.Receive(&identity, &in);
     if (in.has_heartbeat()) {
       --seq;
       continue;
@@ -533,7 +531,7 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
       ToWire(global_obs, a->mutable_normalizer()->mutable_obs());
       ToWire(global_ret, a->mutable_normalizer()->mutable_ret());
     }
-    send(identity, reply);
+    learner.Send(identity, reply);
   }
   const Status run_status = learner.StopAndJoin(identity);
   INFO(run_status.ToString());
