@@ -38,6 +38,19 @@ Space Space::Discrete(int64_t n) {
   return s;
 }
 
+Space Space::MultiDiscrete(std::vector<int64_t> nvec) {
+  if (nvec.empty()) throw std::invalid_argument("MultiDiscrete space needs at least one component");
+  for (std::size_t i = 0; i < nvec.size(); ++i)
+    if (nvec[i] <= 0)
+      throw std::invalid_argument(fmt::format("MultiDiscrete space needs nvec[i] > 0, got nvec[{}] = {}", i, nvec[i]));
+  Space s;
+  s.kind = Kind::kMultiDiscrete;
+  s.dtype = DType::kInt64;
+  s.shape = {static_cast<int64_t>(nvec.size())};
+  s.nvec = std::move(nvec);
+  return s;
+}
+
 Space Space::Box(std::vector<int64_t> shape, std::vector<float> low, std::vector<float> high) {
   Space s;
   s.kind = Kind::kBox;
@@ -55,8 +68,22 @@ Space Space::Box(std::vector<int64_t> shape, std::vector<float> low, std::vector
   return s;
 }
 
+std::vector<int64_t> Space::categories() const {
+  if (kind == Kind::kDiscrete) return {n};
+  if (kind == Kind::kMultiDiscrete) return nvec;
+  return {};
+}
+
+int64_t Space::head_size() const {
+  if (kind == Kind::kBox) return numel();
+  int64_t sum = 0;
+  for (int64_t c : categories()) sum += c;
+  return sum;
+}
+
 int64_t Space::numel() const {
   if (kind == Kind::kDiscrete) return 1;
+  if (kind == Kind::kMultiDiscrete) return static_cast<int64_t>(nvec.size());
   int64_t n_el = 1;
   for (auto d : shape) n_el *= d;
   return n_el;
@@ -64,11 +91,12 @@ int64_t Space::numel() const {
 
 std::string Space::ToString() const {
   if (kind == Kind::kDiscrete) return fmt::format("Discrete({})", n);
+  if (kind == Kind::kMultiDiscrete) return fmt::format("MultiDiscrete([{}])", fmt::join(nvec, ", "));
   return fmt::format("Box({}, shape=[{}])", dtype_name(dtype), fmt::join(shape, ", "));
 }
 
 bool Space::operator==(const Space& o) const {
-  return kind == o.kind && dtype == o.dtype && shape == o.shape && n == o.n && low == o.low && high == o.high;
+  return kind == o.kind && dtype == o.dtype && shape == o.shape && n == o.n && nvec == o.nvec && low == o.low && high == o.high;
 }
 
 }  // namespace farm

@@ -35,10 +35,13 @@ Status FromWire(wire::DType dtype, DType* out) {
 }
 
 void ToWire(const Space& space, wire::Space* out) {
-  out->set_kind(space.is_discrete() ? wire::Space::DISCRETE : wire::Space::BOX);
+  out->set_kind(space.is_discrete()         ? wire::Space::DISCRETE
+                : space.is_multi_discrete() ? wire::Space::MULTI_DISCRETE
+                                            : wire::Space::BOX);
   out->set_dtype(ToWire(space.dtype));
   out->mutable_shape()->Assign(space.shape.begin(), space.shape.end());
   out->set_n(space.n);
+  out->mutable_nvec()->Assign(space.nvec.begin(), space.nvec.end());
   out->mutable_low()->Assign(space.low.begin(), space.low.end());
   out->mutable_high()->Assign(space.high.begin(), space.high.end());
 }
@@ -49,6 +52,22 @@ Status FromWire(const wire::Space& in, Space* out) {
     if (in.n() <= 0 || in.n() > kMaxSpaceElements)
       return Status::Protocol(fmt::format("discrete space needs 0 < n <= {}, got {}", kMaxSpaceElements, in.n()));
     s = Space::Discrete(in.n());
+    return (*out = s, Status::Ok());
+  }
+  if (in.kind() == wire::Space::MULTI_DISCRETE) {
+    if (in.nvec_size() == 0 || in.nvec_size() > kMaxSpaceComponents)
+      return Status::Protocol(fmt::format("multi-discrete space needs 1 to {} components in nvec, got {}",
+                                          kMaxSpaceComponents, in.nvec_size()));
+    int64_t total = 0;  // the policy head has one logit per choice
+    for (int i = 0; i < in.nvec_size(); ++i) {
+      const int64_t c = in.nvec(i);
+      if (c <= 0 || c > kMaxSpaceElements - total)
+        return Status::Protocol(fmt::format(
+            "multi-discrete space needs every nvec entry > 0 and at most {} choices in all, got nvec[{}] = {}",
+            kMaxSpaceElements, i, c));
+      total += c;
+    }
+    s = Space::MultiDiscrete(std::vector<int64_t>(in.nvec().begin(), in.nvec().end()));
     return (*out = s, Status::Ok());
   }
   if (in.kind() != wire::Space::BOX)
@@ -135,14 +154,15 @@ Status CheckHello(const wire::Hello& h, Handshake* out) {
   if (auto s = FromWire(h.observation(), &hs.observation); !s.ok())
     return Status::Protocol("observation space: " + s.message());
   if (auto s = FromWire(h.action(), &hs.action); !s.ok()) return Status::Protocol("action space: " + s.message());
-  if (hs.observation.is_discrete() || hs.observation.dtype != DType::kFloat32)
+  if (!hs.observation.is_box() || hs.observation.dtype != DType::kFloat32)
     return Status::Protocol("observation space must be a float32 box, got " + hs.observation.ToString());
-  if (!hs.action.is_discrete() && hs.action.dtype != DType::kFloat32)
-    return Status::Protocol("action space must be discrete or a float32 box, got " + hs.action.ToString());
+  if (hs.action.is_box() && hs.action.dtype != DType::kFloat32)
+    return Status::Protocol("action space must be discrete, multi-discrete or a float32 box, got " +
+                            hs.action.ToString());
   if (h.has_global_state()) {
     Space state;
     if (auto s = FromWire(h.global_state(), &state); !s.ok()) return Status::Protocol("global state: " + s.message());
-    if (state.is_discrete() || state.dtype != DType::kFloat32)
+    if (!state.is_box() || state.dtype != DType::kFloat32)
       return Status::Protocol("global state must be a float32 box, got " + state.ToString());
     hs.global_state = std::move(state);
   }
@@ -301,7 +321,7 @@ int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, con
   constexpr int64_t kPerEnv = 40;
   const int64_t obs_bytes = observation.numel() * static_cast<int64_t>(sizeof(float));
   const int64_t request = 2 * group_size * obs_bytes + group_size * kPerEnv + kHeaders;
-  const int64_t action_bytes = action.is_discrete() ? int64_t{8} : action.numel() * static_cast<int64_t>(sizeof(float));
+  const int64_t action_bytes = action.numel() * (action.is_categorical() ? int64_t{8} : int64_t{4});
   const int64_t reply = group_size * action_bytes + kHeaders;
   return std::max(request, reply);
 }

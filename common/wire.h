@@ -23,6 +23,8 @@ constexpr uint32_t kProtocolVersion = 2;
 // from them (envs x elements x 8 bytes) cannot overflow 64 bits.
 constexpr uint32_t kMaxEnvsPerWorker = 1u << 20;
 constexpr int64_t kMaxSpaceElements = int64_t{1} << 31;  // per observation or action; also a discrete n
+// Components of a multi-discrete action space (the policy runs one categorical head per component).
+constexpr int kMaxSpaceComponents = 4096;
 
 wire::DType ToWire(DType dtype);
 Status FromWire(wire::DType dtype, DType* out);
@@ -45,7 +47,7 @@ Status Decode(const void* data, std::size_t size, wire::Envelope* out);
 // A worker's Hello once checked: what the learner serves it by.
 struct Handshake {
   Space observation;  // a float32 box
-  Space action;       // discrete, or a float32 box
+  Space action;       // discrete, multi-discrete, or a float32 box
   uint32_t num_groups = 0;
   int64_t group_size = 0;  // envs per group
   uint32_t num_agents = 1;  // agents per env (Hello.num_agents, 0 read as 1)

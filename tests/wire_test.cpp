@@ -185,6 +185,49 @@ TEST_CASE("FromWire refuses spaces whose element count overflows", "[wire]") {
   CHECK_FALSE(FromWire(discrete, &out).ok());
 }
 
+TEST_CASE("Multi-discrete spaces round-trip and malformed ones are refused with the reason", "[wire]") {
+  const Space md = Space::MultiDiscrete({3, 1, 7});
+  wire::Space w;
+  ToWire(md, &w);
+  CHECK(w.kind() == wire::Space::MULTI_DISCRETE);
+  Space back;
+  REQUIRE(FromWire(w, &back).ok());
+  CHECK(back == md);
+  CHECK(back.shape == std::vector<int64_t>{3});
+
+  auto refused = [](const std::vector<int64_t>& nvec, const char* why) {
+    wire::Space bad;
+    bad.set_kind(wire::Space::MULTI_DISCRETE);
+    for (int64_t n : nvec) bad.add_nvec(n);
+    Space out;
+    const Status st = FromWire(bad, &out);
+    INFO("nvec of " << nvec.size());
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  refused({}, "1 to 4096 components");
+  refused({2, 0}, "nvec[1] = 0");
+  refused({2, -3}, "nvec[1] = -3");
+  refused(std::vector<int64_t>(kMaxSpaceComponents + 1, 2), "got 4097");
+  refused({kMaxSpaceElements, 1}, "nvec[1] = 1");  // the head's total width is bounded, not only each entry
+
+  // A worker with a multi-discrete action is served; its replies carry 8 bytes per component and row.
+  wire::Hello h;
+  h.set_protocol_version(kProtocolVersion);
+  h.set_num_envs(4);
+  h.set_num_groups(1);
+  ToWire(Space::Box({2}, {-1.f}, {1.f}), h.mutable_observation());
+  ToWire(md, h.mutable_action());
+  Handshake hs;
+  REQUIRE(CheckHello(h, &hs).ok());
+  CHECK(hs.action == md);
+  // 100 int64 components per row against 100 float32 elements: 400 bytes more per row.
+  const Space obs = Space::Box({1}, {0.f}, {1.f});
+  const Space wide = Space::MultiDiscrete(std::vector<int64_t>(100, 2));
+  CHECK(MaxSessionMessageBytes(1000, obs, wide) - MaxSessionMessageBytes(1000, obs, Space::Box({100}, {0}, {1})) ==
+        1000 * 400);
+}
+
 TEST_CASE("CheckTensor refuses a shape whose byte count overflows", "[wire]") {
   wire::Tensor t;  // 2^31 * 2^31 * 4 float32 = 2^66 bytes, which wraps to 0: the empty payload must not pass
   SetTensor(&t, DType::kFloat32, {int64_t{1} << 31, int64_t{1} << 31, 4}, nullptr, 0);
@@ -246,7 +289,7 @@ TEST_CASE("CheckHello accepts a worker the learner can serve and says why not ot
   h.mutable_action()->add_shape(1);
   h.mutable_action()->add_low(0);
   h.mutable_action()->add_high(1);
-  refused(h, "action space must be discrete or a float32 box");
+  refused(h, "action space must be discrete, multi-discrete or a float32 box");
 }
 
 TEST_CASE("CheckStepRequest holds a request to the handshake", "[wire]") {
