@@ -50,20 +50,23 @@ int BenchEnv(const std::string& env, int num_envs, double seconds) {
   const int rows = group->rows();  // one action per agent row (num_envs for single-agent envs)
   std::mt19937_64 rng(1);
   constexpr int kActionSets = 64;
-  std::vector<int64_t> disc(static_cast<std::size_t>(kActionSets * rows));
+  const bool integer = act.is_categorical();  // discrete or multi-discrete
+  const std::vector<int64_t> choices = act.categories();
+  std::vector<int64_t> disc(static_cast<std::size_t>(kActionSets * rows * act.numel()));
   std::vector<float> cont(static_cast<std::size_t>(kActionSets * rows * act.numel()));
-  for (auto& a : disc) a = act.is_discrete() ? static_cast<int64_t>(rng() % static_cast<uint64_t>(act.n)) : 0;
+  for (std::size_t i = 0; i < disc.size(); ++i)
+    disc[i] = integer ? static_cast<int64_t>(rng() % static_cast<uint64_t>(choices[i % choices.size()])) : 0;
   for (std::size_t i = 0; i < cont.size(); ++i)
-    cont[i] = act.is_discrete() ? 0.f : act.low[i % act.low.size()] +
-                                            (act.high[i % act.high.size()] - act.low[i % act.low.size()]) * 0.5f;
+    cont[i] = integer ? 0.f : act.low[i % act.low.size()] +
+                                  (act.high[i % act.high.size()] - act.low[i % act.low.size()]) * 0.5f;
   group->Reset();
   int64_t steps = 0;
   int k = 0;
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
     for (int i = 0; i < 64; ++i, k = (k + 1) % kActionSets)
-      group->Step(act.is_discrete() ? disc.data() + k * rows : nullptr,
-                  act.is_discrete() ? nullptr : cont.data() + static_cast<std::size_t>(k * rows * act.numel()));
+      group->Step(integer ? disc.data() + static_cast<std::size_t>(k * rows * act.numel()) : nullptr,
+                  integer ? nullptr : cont.data() + static_cast<std::size_t>(k * rows * act.numel()));
     steps += 64LL * num_envs;
   }
   const double t = Since(t0);
@@ -371,7 +374,7 @@ int BenchFlops(const std::string& config_path, const std::vector<std::string>& o
   }
   const auto& spec = group->spec();
   const int64_t obs = spec.observation.numel();
-  const int64_t act = spec.action.is_discrete() ? spec.action.n : spec.action.numel();
+  const int64_t act = spec.action.head_size();
   const double forward = 2.0 * (MlpMacs(obs, config.ppo.hidden_sizes, act) + MlpMacs(obs, config.ppo.hidden_sizes, 1));
   // Acting: one forward. Training: per epoch a forward and a backward (~2x the forward).
   const double per_step = forward + config.ppo.update_epochs * 3.0 * forward;

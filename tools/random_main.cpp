@@ -69,8 +69,10 @@ int main(int argc, char** argv) {
   const int agents = group->num_agents();
   // Actions from their own engine, apart from the envs' seeds.
   std::mt19937_64 rng(farm::SplitMix64(seed ^ 0x5EED0A55ull));
-  std::vector<int64_t> discrete(act.is_discrete() ? static_cast<std::size_t>(rows) : 0);
-  std::vector<float> continuous(act.is_discrete() ? 0 : static_cast<std::size_t>(rows * act.numel()));
+  const bool integer = act.is_categorical();  // discrete or multi-discrete
+  const std::vector<int64_t> choices = act.categories();
+  std::vector<int64_t> discrete(integer ? static_cast<std::size_t>(rows * act.numel()) : 0);
+  std::vector<float> continuous(integer ? 0 : static_cast<std::size_t>(rows * act.numel()));
 
   std::vector<int> quota(static_cast<std::size_t>(num_envs));
   for (int i = 0; i < num_envs; ++i) quota[i] = episodes / num_envs + (i < episodes % num_envs ? 1 : 0);
@@ -84,8 +86,9 @@ int main(int argc, char** argv) {
       return Fail(fmt::format("only {} of {} episodes finished within {} env steps (--max-steps)", returns.size(),
                               episodes, max_steps),
                   1);
-    if (act.is_discrete()) {
-      for (auto& a : discrete) a = static_cast<int64_t>(rng() % static_cast<uint64_t>(act.n));
+    if (integer) {
+      for (std::size_t i = 0; i < discrete.size(); ++i)
+        discrete[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(choices[i % choices.size()]));
     } else {
       for (std::size_t i = 0; i < continuous.size(); ++i) {
         const std::size_t k = i % static_cast<std::size_t>(act.numel());
@@ -94,7 +97,7 @@ int main(int argc, char** argv) {
         continuous[i] = static_cast<float>(farm::UniformReal(rng, lo, hi));
       }
     }
-    group->Step(act.is_discrete() ? discrete.data() : nullptr, act.is_discrete() ? nullptr : continuous.data());
+    group->Step(integer ? discrete.data() : nullptr, integer ? nullptr : continuous.data());
     steps += num_envs;
     // finished() lists the ended episodes in env order; an env's flags are on its first row.
     std::size_t next = 0;

@@ -30,7 +30,7 @@ using EnvOptions = std::map<std::string, double>;
 struct EnvSpec {
   std::string name;
   Space observation;  // float32 box, per agent
-  Space action;       // discrete (int64) or float32 box, per agent
+  Space action;       // discrete or multi-discrete (int64), or a float32 box, per agent
   int max_episode_steps = 0;  // time limit applied by EnvGroup (0: none)
   std::optional<double> reward_threshold;  // "solved" return, when the env has one
   // Multi-agent envs: agents per env (>= 1). All agents share the spaces
@@ -43,8 +43,10 @@ struct EnvSpec {
 };
 
 // One step's actions, read by Env::step. Exactly one of the pointers is set:
-// `discrete` for discrete spaces (num_agents int64), `continuous` for boxes
-// (num_agents * action.numel() floats), agent a's at offset a (a * numel).
+// `discrete` for discrete and multi-discrete spaces (num_agents * action.numel()
+// int64: one per agent, or K per agent with component i in [0, nvec[i])),
+// `continuous` for boxes (num_agents * action.numel() floats); agent a's at
+// offset a * action.numel().
 struct ActionRef {
   const int64_t* discrete = nullptr;
   const float* continuous = nullptr;

@@ -19,14 +19,18 @@ uint64_t EnvSeed(uint64_t seed, int index) { return SplitMix64(SplitMix64(seed) 
 
 Status CheckSpaces(const EnvSpec& spec) {
   const Space& obs = spec.observation;
-  if (obs.is_discrete() || obs.dtype != DType::kFloat32 || obs.numel() <= 0)
+  if (!obs.is_box() || obs.dtype != DType::kFloat32 || obs.numel() <= 0)
     return Status::InvalidArgument(
         fmt::format("env {}: observation space must be a non-empty float32 box, got {}", spec.name, obs.ToString()));
   const Space& act = spec.action;
-  const bool ok = act.is_discrete() ? act.n > 0 : (act.dtype == DType::kFloat32 && act.numel() > 0);
+  const std::vector<int64_t> choices = act.categories();
+  const bool ok = act.is_categorical()
+                      ? !choices.empty() && std::all_of(choices.begin(), choices.end(), [](int64_t c) { return c > 0; })
+                      : (act.dtype == DType::kFloat32 && act.numel() > 0);
   if (!ok)
-    return Status::InvalidArgument(fmt::format(
-        "env {}: action space must be discrete or a non-empty float32 box, got {}", spec.name, act.ToString()));
+    return Status::InvalidArgument(
+        fmt::format("env {}: action space must be discrete, multi-discrete or a non-empty float32 box, got {}",
+                    spec.name, act.ToString()));
   if (spec.max_episode_steps < 0)
     return Status::InvalidArgument(
         fmt::format("env {}: max_episode_steps must be >= 0, got {}", spec.name, spec.max_episode_steps));
@@ -34,7 +38,7 @@ Status CheckSpaces(const EnvSpec& spec) {
     return Status::InvalidArgument(fmt::format("env {}: num_agents must be >= 1, got {}", spec.name, spec.num_agents));
   if (spec.global_state) {
     const Space& st = *spec.global_state;
-    if (st.is_discrete() || st.dtype != DType::kFloat32 || st.numel() <= 0)
+    if (!st.is_box() || st.dtype != DType::kFloat32 || st.numel() <= 0)
       return Status::InvalidArgument(
           fmt::format("env {}: global_state must be a non-empty float32 box, got {}", spec.name, st.ToString()));
   }
@@ -94,6 +98,7 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   const auto rows = n * static_cast<std::size_t>(group->spec_.num_agents);
   group->obs_numel_ = group->spec_.observation.numel();
   group->action_numel_ = group->spec_.action.numel();
+  group->choices_ = group->spec_.action.categories();
   group->state_numel_ = group->spec_.global_state ? group->spec_.global_state->numel() : 0;
   const auto obs_numel = static_cast<std::size_t>(group->obs_numel_);
   const auto state_numel = static_cast<std::size_t>(group->state_numel_);
@@ -154,11 +159,12 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
   final_global_state_.clear();
   finished_.clear();
 
-  const bool discrete = spec_.action.is_discrete();
+  const bool discrete = spec_.action.is_categorical();  // discrete or multi-discrete: int64
   if (discrete ? discrete_actions == nullptr : continuous_actions == nullptr)
     throw std::invalid_argument(
         fmt::format("EnvGroup::Step on {}: missing {} actions", spec_.name, discrete ? "discrete" : "continuous"));
-  const int64_t num_choices = spec_.action.n;
+  const std::vector<int64_t>& choices = choices_;  // per component: {n} or nvec
+  const auto k = static_cast<int64_t>(choices.size());
   const int max_steps = spec_.max_episode_steps;
   const int agents = spec_.num_agents;
   const int n = size();
@@ -168,16 +174,20 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     float* obs = obs_.data() + static_cast<std::size_t>(first_row) * obs_numel_;
     ActionRef action;
     if (discrete) {
-      action.discrete = discrete_actions + first_row;
+      action.discrete = discrete_actions + static_cast<std::size_t>(first_row) * k;
       // An out-of-range action is a learner/wire bug; envs index with it.
-      for (int r = first_row; r < first_row + agents; ++r)
-        if (discrete_actions[r] < 0 || discrete_actions[r] >= num_choices)
-          throw std::out_of_range(
-              agents == 1
-                  ? fmt::format("EnvGroup::Step on {}: env {} got action {}, expected [0, {})", spec_.name, e,
-                                discrete_actions[r], num_choices)
-                  : fmt::format("EnvGroup::Step on {}: row {} (env {}, agent {}) got action {}, expected [0, {})",
-                                spec_.name, r, e, r - first_row, discrete_actions[r], num_choices));
+      for (int64_t i = first_row * k; i < (first_row + agents) * k; ++i) {
+        const int64_t limit = choices[static_cast<std::size_t>(i % k)];
+        if (discrete_actions[i] < 0 || discrete_actions[i] >= limit) {
+          const int64_t r = i / k;
+          const std::string where =
+              agents == 1 ? fmt::format("env {}", e) : fmt::format("row {} (env {}, agent {})", r, e, r - first_row);
+          throw std::out_of_range(fmt::format("EnvGroup::Step on {}: {} got action {}{}, expected [0, {})", spec_.name,
+                                              where, discrete_actions[i],
+                                              k == 1 ? std::string() : fmt::format(" in component {}", i % k),
+                                              limit));
+        }
+      }
     } else {
       action.continuous = continuous_actions + static_cast<std::size_t>(first_row) * action_numel_;
     }

@@ -41,8 +41,8 @@ class EnvGroup {
 
   // Resets every env; obs() holds the first observations, flags are cleared.
   void Reset();
-  // Steps every env with its rows' actions (discrete: rows() int64; box:
-  // rows() x action numel floats). Finished envs are reset at once: obs()
+  // Steps every env with its rows' actions (discrete: rows() int64;
+  // multi-discrete: rows() x K int64; box: rows() x action numel floats). Finished envs are reset at once: obs()
   // holds their new first observation.
   void Step(const int64_t* discrete_actions, const float* continuous_actions);
 
@@ -72,6 +72,7 @@ class EnvGroup {
   EnvSpec spec_;
   int64_t obs_numel_ = 0;
   int64_t action_numel_ = 0;
+  std::vector<int64_t> choices_;  // categorical actions: choices per component ({n} or nvec); box: empty
   int64_t state_numel_ = 0;
   std::vector<std::unique_ptr<Env>> envs_;
   std::vector<float> obs_;

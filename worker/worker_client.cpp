@@ -190,12 +190,21 @@ Status WorkerClient::OnAction(const wire::ActionReply& reply) {
   if (stats_.round_trip_us.size() < kMaxRoundTripSamples)
     stats_.round_trip_us.push_back(
         std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - sent_at_[g]).count());
-  if (action.is_discrete()) {
-    if (auto s = CheckTensor(reply.action(), DType::kInt64, {n}, "ActionReply.action"); !s.ok()) return s;
+  if (action.is_categorical()) {
+    // Discrete: int64 [rows]; multi-discrete: int64 [rows, K], component i in [0, nvec[i]).
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), action.shape.begin(), action.shape.end());
+    if (auto s = CheckTensor(reply.action(), DType::kInt64, shape, "ActionReply.action"); !s.ok()) return s;
     const auto* a = reinterpret_cast<const int64_t*>(reply.action().data().data());
-    for (int64_t i = 0; i < n; ++i)
-      if (a[i] < 0 || a[i] >= action.n)
-        return Status::Protocol(fmt::format("action {} out of range [0, {})", a[i], action.n));
+    const std::vector<int64_t> choices = action.categories();
+    const auto k = static_cast<int64_t>(choices.size());
+    for (int64_t i = 0; i < n * k; ++i) {
+      const int64_t limit = choices[static_cast<std::size_t>(i % k)];
+      if (a[i] < 0 || a[i] >= limit)
+        return Status::Protocol(k == 1 ? fmt::format("action {} out of range [0, {})", a[i], limit)
+                                       : fmt::format("action {} (component {} of row {}) out of range [0, {})", a[i],
+                                                     i % k, i / k, limit));
+    }
     group.Step(a, nullptr);
   } else {
     std::vector<int64_t> shape{n};
