@@ -377,11 +377,12 @@ ordered_json BoundsJson(const std::vector<float>& values) {
 
 ordered_json SpaceJson(const Space& space) {
   ordered_json j;
-  j["kind"] = space.is_discrete() ? "discrete" : "box";
+  j["kind"] = space.is_discrete() ? "discrete" : space.is_multi_discrete() ? "multi_discrete" : "box";
   j["shape"] = space.is_discrete() ? std::vector<int64_t>{} : space.shape;
   j["n"] = space.is_discrete() ? space.n : 0;
-  j["low"] = space.is_discrete() ? ordered_json::array() : BoundsJson(space.low);
-  j["high"] = space.is_discrete() ? ordered_json::array() : BoundsJson(space.high);
+  if (space.is_multi_discrete()) j["nvec"] = space.nvec;
+  j["low"] = space.is_box() ? BoundsJson(space.low) : ordered_json::array();
+  j["high"] = space.is_box() ? BoundsJson(space.high) : ordered_json::array();
   return j;
 }
 
@@ -410,17 +411,18 @@ Status ParseBounds(const json& j, const std::string& where, std::vector<float>* 
 Status ParseSpace(const json& j, const std::string& where, Space* out) {
   if (!j.is_object())
     return Status::InvalidArgument(
-        fmt::format("{}: expected an object {{\"kind\", \"shape\", \"n\", \"low\", "
+        fmt::format("{}: expected an object {{\"kind\", \"shape\", \"n\", \"nvec\", \"low\", "
                     "\"high\"}}, got {}",
                     where, j.dump()));
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
-    if (key != "kind" && key != "shape" && key != "n" && key != "low" && key != "high")
+    if (key != "kind" && key != "shape" && key != "n" && key != "nvec" && key != "low" && key != "high")
       return Status::InvalidArgument(
-          fmt::format("{}: unknown key '{}' (expected kind, shape, n, low, high)", where, key));
+          fmt::format("{}: unknown key '{}' (expected kind, shape, n, nvec, low, high)", where, key));
   }
   if (!j.contains("kind") || !j["kind"].is_string())
-    return Status::InvalidArgument(fmt::format("{}.kind: expected \"discrete\" or \"box\"", where));
+    return Status::InvalidArgument(
+        fmt::format("{}.kind: expected \"discrete\", \"multi_discrete\" or \"box\"", where));
   const std::string kind = j["kind"].get<std::string>();
   if (kind == "discrete") {
     if (!j.contains("n") || !j["n"].is_number_integer() || j["n"].get<int64_t>() <= 0)
@@ -431,11 +433,46 @@ Status ParseSpace(const json& j, const std::string& where, Space* out) {
         return Status::InvalidArgument(
             fmt::format("{}.{}: expected [] for a discrete space, got {}", where, key, j[key].dump()));
     }
+    if (j.contains("nvec"))
+      return Status::InvalidArgument(fmt::format("{}.nvec: only a multi_discrete space has one", where));
     *out = Space::Discrete(j["n"].get<int64_t>());
     return Status::Ok();
   }
+  if (kind == "multi_discrete") {
+    const std::string bad = j.contains("nvec") ? j["nvec"].dump() : std::string("nothing");
+    if (!j.contains("nvec") || !j["nvec"].is_array() || j["nvec"].empty())
+      return Status::InvalidArgument(
+          fmt::format("{}.nvec: expected a non-empty array of integers > 0 for a multi_discrete space, got {}",
+                      where, bad));
+    std::vector<int64_t> nvec;
+    for (const json& c : j["nvec"]) {
+      if (!c.is_number_integer() || c.get<int64_t>() <= 0)
+        return Status::InvalidArgument(
+            fmt::format("{}.nvec: expected a non-empty array of integers > 0 for a multi_discrete space, got {}",
+                        where, bad));
+      nvec.push_back(c.get<int64_t>());
+    }
+    const std::vector<int64_t> shape{static_cast<int64_t>(nvec.size())};
+    if (j.contains("shape") && j["shape"] != json(shape))
+      return Status::InvalidArgument(
+          fmt::format("{}.shape: expected [{}] (one entry per nvec component), got {}", where, nvec.size(),
+                      j["shape"].dump()));
+    if (j.contains("n") && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 0))
+      return Status::InvalidArgument(
+          fmt::format("{}.n: expected 0 for a multi_discrete space, got {}", where, j["n"].dump()));
+    for (const char* key : {"low", "high"}) {
+      if (j.contains(key) && !(j[key].is_array() && j[key].empty()))
+        return Status::InvalidArgument(
+            fmt::format("{}.{}: expected [] for a multi_discrete space, got {}", where, key, j[key].dump()));
+    }
+    *out = Space::MultiDiscrete(std::move(nvec));
+    return Status::Ok();
+  }
   if (kind != "box")
-    return Status::InvalidArgument(fmt::format("{}.kind: expected \"discrete\" or \"box\", got \"{}\"", where, kind));
+    return Status::InvalidArgument(fmt::format(
+        "{}.kind: expected \"discrete\", \"multi_discrete\" or \"box\", got \"{}\"", where, kind));
+  if (j.contains("nvec"))
+    return Status::InvalidArgument(fmt::format("{}.nvec: only a multi_discrete space has one", where));
   if (!j.contains("shape") || !j["shape"].is_array())
     return Status::InvalidArgument(fmt::format("{}.shape: expected an array of positive integers", where));
   std::vector<int64_t> shape;
@@ -510,6 +547,8 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
     if (!j.contains(key)) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", source, key));
   }
   if (auto s = ParseSpace(j["observation"], source + ": observation", obs); !s.ok()) return s;
+  if (!obs->is_box())
+    return Status::InvalidArgument(fmt::format("{}: observation: expected a box, got {}", source, obs->ToString()));
   if (auto s = ParseSpace(j["action"], source + ": action", action); !s.ok()) return s;
   const json& h = j["hidden_sizes"];
   if (!h.is_array())
@@ -534,7 +573,7 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   if (j.contains("global_state") && !j["global_state"].is_null()) {
     Space state;
     if (auto s = ParseSpace(j["global_state"], source + ": global_state", &state); !s.ok()) return s;
-    if (state.is_discrete())
+    if (!state.is_box())
       return Status::InvalidArgument(fmt::format("{}: global_state: expected a box, got {}", source, state.ToString()));
     parsed.global_state = std::move(state);
   }

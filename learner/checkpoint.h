@@ -110,9 +110,11 @@ Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std:
 // learner when it creates the policy:
 //   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64],
 //    "encoder": "mlp"|"cnn", "global_state": SPACE|null}
-//   SPACE = {"kind": "discrete"|"box", "shape": [..], "n": N, "low": [..], "high": [..]}
+//   SPACE = {"kind": "discrete"|"multi_discrete"|"box", "shape": [..], "n": N,
+//            "nvec": [..] (multi_discrete only), "low": [..], "high": [..]}
 // A box's low/high hold numel() numbers each (n is 0); a discrete space has
-// shape/low/high empty and n > 0. JSON has no infinities: a non-finite bound is
+// shape/low/high empty and n > 0; a multi_discrete one has shape [K], K nvec
+// entries > 0, n 0 and low/high empty. JSON has no infinities: a non-finite bound is
 // written as the string "inf", "-inf" or "nan". "global_state" is the
 // centralised critic's input (null: the critic reads the observation); files
 // without "encoder" or "global_state" (older runs) mean mlp and null.

@@ -85,7 +85,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
   }
   const int64_t obs_dim = obs.numel();
   const int64_t in_dim = cnn ? encoder[2].weight.size(0) : obs_dim;
-  const int64_t head_dim = action.is_discrete() ? action.n : action.numel();
+  const int64_t head_dim = action.head_size();
   if (layers.front().weight.size(1) != in_dim || layers.back().weight.size(0) != head_dim)
     return Status::InvalidArgument(
         fmt::format("ExportTorchScript: the actor maps {} to {} values, but the spaces need {} to {}",
@@ -119,6 +119,10 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
   }
   if (action.is_discrete()) {
     src << "    return torch.argmax(x, -1)\n";
+  } else if (action.is_multi_discrete()) {
+    // The argmax of each component's slice of the logits, stacked: int64 [B, K].
+    src << "    parts = torch.split(x, [" << fmt::format("{}", fmt::join(action.nvec, ", ")) << "], 1)\n";
+    src << "    return torch.stack([torch.argmax(p, -1) for p in parts], 1)\n";
   } else {
     src << "    x = torch.minimum(torch.maximum(x, self.low), self.high)\n";
     src << "    return x.reshape([x.size(0)" << (action.shape.empty() ? "" : ", ")
@@ -141,7 +145,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
       module.register_buffer("obs_mean", torch::tensor(normalize->mean, torch::kFloat32));
       module.register_buffer("obs_std", torch::tensor(normalize->std, torch::kFloat32));
     }
-    if (!action.is_discrete()) {
+    if (action.is_box()) {
       module.register_buffer("low", torch::tensor(action.low, torch::kFloat32));
       module.register_buffer("high", torch::tensor(action.high, torch::kFloat32));
     }

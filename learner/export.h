@@ -14,6 +14,7 @@ namespace farm {
 // rename). Its forward(obs) takes a tensor [B, obs_shape...] (any real dtype;
 // converted to float32) and returns the deterministic action:
 //   discrete: int64 [B], the argmax of the actor's logits (= Act(obs, true));
+//   multi-discrete: int64 [B, K], the argmax of each component's logits;
 //   box:      float32 [B, action_shape...], the actor's mean clamped to the
 //             space's bounds (registered as buffers "low" and "high").
 // The actor's layers are parameters w0, b0, w1, b1, ... (copied to the CPU as

@@ -670,8 +670,7 @@ void Learner::Impl::OnHello(Work& w) {
       torch::NoGradGuard no_grad;
       acting->CopyFrom(*training);
     }
-    store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(),
-                                              act.is_discrete() ? 0 : act.numel(),
+    store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(), act,
                                               use_state ? options.global_state->numel() : 0);
     spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder "
                  "{}, critic on {})",
@@ -758,6 +757,12 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
 void Learner::Impl::RandomActions(int64_t rows, torch::Tensor* action, torch::Tensor* logp, torch::Tensor* value) {
   if (action_space->is_discrete()) {
     *action = torch::randint(action_space->n, {rows}, random_gen, torch::kInt64);
+  } else if (action_space->is_multi_discrete()) {
+    // Component i uniform in [0, nvec[i]): floor(u * nvec[i]), u in [0, 1) (clamped against rounding up).
+    const auto& nvec = action_space->nvec;
+    const auto k = static_cast<int64_t>(nvec.size());
+    const torch::Tensor n = torch::tensor(nvec, torch::kInt64);
+    *action = torch::minimum((torch::rand({rows, k}, random_gen, torch::kFloat64) * n).to(torch::kInt64), n - 1);
   } else {
     std::vector<int64_t> shape{rows};
     shape.insert(shape.end(), action_space->shape.begin(), action_space->shape.end());
@@ -845,8 +850,10 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
 // Records each request's step (or parks it) and replies with its actions.
 void Learner::Impl::Respond(std::vector<Work*>& steps, const torch::Tensor& action, const torch::Tensor& logp,
                             const torch::Tensor& value) {
-  const int64_t action_numel = action_space->is_discrete() ? 1 : action_space->numel();
-  const std::size_t action_bytes = action_space->is_discrete() ? sizeof(int64_t) : sizeof(float);
+  // Discrete: int64 [rows]; multi-discrete: int64 [rows, K]; box: float [rows, shape...].
+  const int64_t action_numel = action_space->numel();
+  const bool integer = action_space->is_categorical();
+  const std::size_t action_bytes = integer ? sizeof(int64_t) : sizeof(float);
   const auto* act_ptr = static_cast<const uint8_t*>(action.data_ptr());
   const float* logp_ptr = logp.data_ptr<float>();
   const float* value_ptr = value.data_ptr<float>();
@@ -892,11 +899,11 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const torch::Tensor& acti
         a->clear_normalizer();
       }
       std::vector<int64_t> shape{w->rows};
-      if (!action_space->is_discrete()) shape.insert(shape.end(), action_space->shape.begin(), action_space->shape.end());
-      SetTensor(a->mutable_action(), action_space->is_discrete() ? DType::kInt64 : DType::kFloat32, shape,
+      shape.insert(shape.end(), action_space->shape.begin(), action_space->shape.end());
+      SetTensor(a->mutable_action(), integer ? DType::kInt64 : DType::kFloat32, shape,
                 act_ptr + row * action_numel * action_bytes,
                 static_cast<std::size_t>(w->rows * action_numel) * action_bytes);
-      if (!action_space->is_discrete()) {
+      if (!integer) {
         // The env gets the action clipped to its bounds; the store keeps the unclipped sample, whose
         // log-prob the PPO ratio needs.
         auto* out = reinterpret_cast<float*>(a->mutable_action()->mutable_data()->data());

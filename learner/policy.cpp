@@ -3,6 +3,7 @@
 // Act is on the inference hot path, so it does only the ops it needs.
 #include "learner/policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,25 @@ torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder
   return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
 }
 
+// One categorical draw per row of `logp_all` ([R, n] log-probabilities): the mode, or a sample; int64 [R].
+torch::Tensor DrawCategorical(const torch::Tensor& logp_all, bool deterministic) {
+  if (deterministic) return logp_all.argmax(-1);
+  if (logp_all.is_cuda()) {
+    // The exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. is a sample of p (torch.multinomial's
+    // one-sample path). Written out on CUDA so that it never synchronises with the host and can be
+    // captured in a CUDA graph; the CPU keeps multinomial, and with it the random stream of CPU runs.
+    const torch::Tensor probs = logp_all.exp();
+    return probs.div(torch::empty_like(probs).exponential_()).argmax(-1);
+  }
+  return torch::multinomial(logp_all.exp(), /*num_samples=*/1, /*replacement=*/true).view(-1);
+}
+
+// A multi-discrete head [B, sum(nvec)] whose components all have n choices is read as one [B, K, n]
+// log-softmax (a few kernels instead of a few per component).
+bool UniformCategories(const std::vector<int64_t>& nvec) {
+  return std::all_of(nvec.begin(), nvec.end(), [&](int64_t c) { return c == nvec.front(); });
+}
+
 }  // namespace
 
 const char* EncoderName(Encoder encoder) { return encoder == Encoder::kCnn ? "cnn" : "mlp"; }
@@ -95,10 +115,10 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     : observation_(observation), action_(action), hidden_sizes_(hidden_sizes), options_(options) {
   const int64_t obs_dim = observation_.numel();
   if (obs_dim <= 0) throw std::invalid_argument("ActorCritic: empty observation space " + observation_.ToString());
-  const int64_t head_dim = action_.is_discrete() ? action_.n : action_.numel();
+  const int64_t head_dim = action_.head_size();
   if (head_dim <= 0) throw std::invalid_argument("ActorCritic: empty action space " + action_.ToString());
   if (options_.global_state &&
-      (options_.global_state->is_discrete() || options_.global_state->dtype != DType::kFloat32 ||
+      (!options_.global_state->is_box() || options_.global_state->dtype != DType::kFloat32 ||
        options_.global_state->numel() <= 0))
     throw std::invalid_argument("ActorCritic: the global state must be a non-empty float32 box, got " +
                                 options_.global_state->ToString());
@@ -118,7 +138,7 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain));
     critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain));
   }
-  if (!action_.is_discrete()) log_std_ = register_parameter("log_std", torch::zeros({head_dim}));
+  if (action_.is_box()) log_std_ = register_parameter("log_std", torch::zeros({head_dim}));
 }
 
 torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {
@@ -157,18 +177,28 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
   const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
-    if (deterministic) {
-      out.action = head.argmax(-1);
-    } else if (head.is_cuda()) {
-      // The exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. is a sample of p (torch.multinomial's
-      // one-sample path). Written out on CUDA so that it never synchronises with the host and can be
-      // captured in a CUDA graph; the CPU keeps multinomial, and with it the random stream of CPU runs.
-      const torch::Tensor probs = logp_all.exp();
-      out.action = probs.div(torch::empty_like(probs).exponential_()).argmax(-1);
-    } else {
-      out.action = torch::multinomial(logp_all.exp(), /*num_samples=*/1, /*replacement=*/true).view(-1);
-    }
+    out.action = DrawCategorical(logp_all, deterministic);
     out.logp = logp_all.gather(-1, out.action.unsqueeze(-1)).squeeze(-1);
+  } else if (action_.is_multi_discrete()) {
+    // One categorical per component; the joint log-prob is their sum. Actions int64 [B, K].
+    const int64_t batch = head.size(0);
+    const auto& nvec = action_.nvec;
+    const auto k = static_cast<int64_t>(nvec.size());
+    if (UniformCategories(nvec)) {
+      const torch::Tensor logp_all = torch::log_softmax(head.reshape({batch * k, nvec.front()}), -1);
+      const torch::Tensor flat = DrawCategorical(logp_all, deterministic);
+      out.action = flat.view({batch, k});
+      out.logp = logp_all.gather(-1, flat.unsqueeze(-1)).view({batch, k}).sum(-1);
+    } else {
+      std::vector<torch::Tensor> actions, logps;
+      for (const torch::Tensor& part : head.split_with_sizes(nvec, -1)) {
+        const torch::Tensor logp_all = torch::log_softmax(part, -1);
+        actions.push_back(DrawCategorical(logp_all, deterministic));
+        logps.push_back(logp_all.gather(-1, actions.back().unsqueeze(-1)));
+      }
+      out.action = torch::stack(actions, -1);
+      out.logp = torch::cat(logps, -1).sum(-1);
+    }
   } else {
     // a = mean + std * eps, so log N(a) = sum(-eps^2 / 2 - log_std - log sqrt(2 pi)) without dividing back.
     const torch::Tensor log_norm = log_std_.sum() + kHalfLog2Pi * static_cast<double>(head.size(-1));
@@ -195,6 +225,25 @@ EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tens
     const torch::Tensor index = actions.reshape({batch, 1}).to(torch::kLong);
     out.logp = logp_all.gather(-1, index).squeeze(-1);
     out.entropy = -(logp_all.exp() * logp_all).sum(-1);
+  } else if (action_.is_multi_discrete()) {
+    // Independent components: log-probs and entropies add up.
+    const auto& nvec = action_.nvec;
+    const auto k = static_cast<int64_t>(nvec.size());
+    const torch::Tensor index = actions.reshape({batch, k}).to(torch::kLong);
+    if (UniformCategories(nvec)) {
+      const torch::Tensor logp_all = torch::log_softmax(head.reshape({batch, k, nvec.front()}), -1);
+      out.logp = logp_all.gather(-1, index.unsqueeze(-1)).squeeze(-1).sum(-1);
+      out.entropy = -(logp_all.exp() * logp_all).sum({1, 2});
+    } else {
+      const std::vector<torch::Tensor> parts = head.split_with_sizes(nvec, -1);
+      for (int64_t i = 0; i < k; ++i) {
+        const torch::Tensor logp_all = torch::log_softmax(parts[static_cast<std::size_t>(i)], -1);
+        const torch::Tensor logp = logp_all.gather(-1, index.select(1, i).unsqueeze(-1)).squeeze(-1);
+        const torch::Tensor entropy = -(logp_all.exp() * logp_all).sum(-1);
+        out.logp = i == 0 ? logp : out.logp + logp;
+        out.entropy = i == 0 ? entropy : out.entropy + entropy;
+      }
+    }
   } else {
     const int64_t dim = head.size(-1);
     const torch::Tensor eps = (actions.reshape({batch, dim}).to(head.scalar_type()) - head) * torch::exp(-log_std_);

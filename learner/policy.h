@@ -3,8 +3,10 @@
 // CNN encoder (ppo.encoder: cnn) and with a centralised critic that reads an
 // env's global state instead of the agent's observation (MAPPO style: the
 // actor, all that decentralised execution needs, never sees the state). The
-// action head is categorical for a discrete space and a diagonal Gaussian
-// with a state-independent log-std for a box space.
+// action head is categorical for a discrete space, one categorical per
+// component for a multi-discrete space (log-probs and entropies summed over
+// the components, which are independent given the observation), and a
+// diagonal Gaussian with a state-independent log-std for a box space.
 //
 // Threading: a module is not thread-safe. The learner acts with one instance
 // and trains another (or the same one in sync mode, never concurrently).
@@ -41,7 +43,7 @@ struct PolicyOptions {
 };
 
 struct ActOutput {
-  torch::Tensor action;  // int64 [B] (discrete) or float [B, A] (box, unclipped)
+  torch::Tensor action;  // int64 [B] (discrete), int64 [B, K] (multi-discrete) or float [B, A] (box, unclipped)
   torch::Tensor logp;    // float [B]
   torch::Tensor value;   // float [B]
 };

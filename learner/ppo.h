@@ -23,7 +23,7 @@ struct Rollout {
   // Rows n * k .. n * k + k - 1 hold one state (the k agents of an env): the critic runs once per such run,
   // and minibatches take whole runs. 1: every row on its own.
   int64_t rows_per_state = 1;
-  torch::Tensor actions;   // int64 [T, N] or float [T, N, A]
+  torch::Tensor actions;   // int64 [T, N] (discrete), int64 [T, N, K] (multi-discrete) or float [T, N, A]
   torch::Tensor logp;      // float [T, N] behaviour log-probs
   torch::Tensor values;    // float [T, N] values at acting time
   torch::Tensor rewards;   // float [T, N] (truncation bootstrap already added)

@@ -105,6 +105,9 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
   if (policy.encoder() != Encoder::kMlp)
     return Status::InvalidArgument(std::string("the fused update has no ") + EncoderName(policy.encoder()) +
                                    " encoder (ppo.encoder is not mlp)");
+  if (policy.action_space().is_multi_discrete())
+    return Status::InvalidArgument("the fused update has no multi-discrete head (the action space is " +
+                                   policy.action_space().ToString() + ")");
   for (const auto& item : policy.named_parameters()) {
     if (!IsCpuFloatContiguous(item.value()))
       return Status::InvalidArgument("the fused update needs contiguous float32 CPU parameters; " + item.key() +

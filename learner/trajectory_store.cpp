@@ -9,9 +9,14 @@
 
 namespace farm {
 
-TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel,
+TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, const Space& action,
                                  int64_t state_numel)
-    : T_(rollout_length), obs_numel_(obs_numel), action_numel_(action_numel), state_numel_(state_numel) {}
+    : T_(rollout_length),
+      obs_numel_(obs_numel),
+      integer_actions_(action.is_categorical()),
+      action_numel_(action.numel()),
+      action_shape_(action.shape),
+      state_numel_(state_numel) {}
 
 namespace {
 // Re-lays [T, old_n, width] as [T, new_n, width], keeping the data.
@@ -27,8 +32,8 @@ void Relayout(std::vector<U>& v, int64_t T, int64_t old_n, int64_t new_n, int64_
 void TrajectoryStore::Grow(int64_t n) {
   Relayout(obs_, T_, num_envs_, n, obs_numel_);
   if (state_numel_ > 0) Relayout(state_, T_, num_envs_, n, state_numel_);
-  if (action_numel_ == 0) {
-    Relayout(disc_, T_, num_envs_, n, 1);
+  if (integer_actions_) {
+    Relayout(disc_, T_, num_envs_, n, action_numel_);
   } else {
     Relayout(cont_, T_, num_envs_, n, action_numel_);
   }
@@ -59,8 +64,8 @@ void TrajectoryStore::RecordStep(int group, const float* obs, const void* action
   const int64_t t = g.steps;
   CopyRows(obs_, obs_numel_, t, g, obs);
   if (state_numel_ > 0) CopyRows(state_, state_numel_, t, g, states);
-  if (action_numel_ == 0) {
-    CopyRows(disc_, 1, t, g, static_cast<const int64_t*>(actions));
+  if (integer_actions_) {
+    CopyRows(disc_, action_numel_, t, g, static_cast<const int64_t*>(actions));
   } else {
     CopyRows(cont_, action_numel_, t, g, static_cast<const float*>(actions));
   }
@@ -123,10 +128,13 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     }
     r.states = torch::from_blob(state_.data(), sshape, f32).clone();
   }
-  if (action_numel_ == 0) {
-    r.actions = torch::from_blob(disc_.data(), {T_, N}, i64).clone();
+  // [T, N] for a discrete space, [T, N, K] multi-discrete, [T, N, action numel] box (flat, as before).
+  std::vector<int64_t> ashape{T_, N};
+  if (!integer_actions_ || !action_shape_.empty()) ashape.push_back(action_numel_);
+  if (integer_actions_) {
+    r.actions = torch::from_blob(disc_.data(), ashape, i64).clone();
   } else {
-    r.actions = torch::from_blob(cont_.data(), {T_, N, action_numel_}, f32).clone();
+    r.actions = torch::from_blob(cont_.data(), ashape, f32).clone();
   }
   r.logp = torch::from_blob(logp_.data(), {T_, N}, f32).clone();
   r.values = torch::from_blob(value_.data(), {T_, N}, f32).clone();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/space.h"
 #include "learner/ppo.h"
 
 namespace farm {
@@ -26,9 +27,9 @@ struct LagStats {
 
 class TrajectoryStore {
  public:
-  // action_numel: 0 for a discrete space (one int64 per step), else floats per step. state_numel: floats of
-  // the global state stored per row for a centralised critic; 0: none.
-  TrajectoryStore(int64_t rollout_length, int64_t obs_numel, int64_t action_numel, int64_t state_numel = 0);
+  // Actions are kept as `action` says: one int64 per step (discrete), action.numel() int64s (multi-discrete)
+  // or floats (box). state_numel: floats of the global state stored per row for a centralised critic; 0: none.
+  TrajectoryStore(int64_t rollout_length, int64_t obs_numel, const Space& action, int64_t state_numel = 0);
 
   // Adds a group of `size` envs (existing data is kept); returns its id.
   int AddGroup(int size);
@@ -47,7 +48,7 @@ class TrajectoryStore {
   // but are left out of every later Take().
   void RemoveGroup(int group);
 
-  // `actions` is int64 [size] (discrete) or float [size, action_numel]; `states` is float [size, state_numel]
+  // `actions` is int64 [size] (discrete), int64 [size, K] (multi-discrete) or float [size, action numel]; `states` is float [size, state_numel]
   // when the store keeps states (ignored, and may be null, otherwise).
   void RecordStep(int group, const float* obs, const void* actions, const float* logp, const float* value,
                   int64_t policy_version, const float* states = nullptr);
@@ -76,7 +77,9 @@ class TrajectoryStore {
 
   const int64_t T_;
   const int64_t obs_numel_;
-  const int64_t action_numel_;  // 0: discrete
+  const bool integer_actions_;  // discrete or multi-discrete: int64 in disc_; box: float in cont_
+  const int64_t action_numel_;  // per step
+  const std::vector<int64_t> action_shape_;  // per step: {} (discrete), {K}, or the box's shape
   const int64_t state_numel_;   // 0: no states
   int64_t num_envs_ = 0;
   std::vector<Group> groups_;
@@ -85,7 +88,7 @@ class TrajectoryStore {
 
   std::vector<float> obs_;       // [T, N, obs_numel]
   std::vector<float> state_;     // [T, N, state_numel]
-  std::vector<int64_t> disc_;    // [T, N] discrete actions
+  std::vector<int64_t> disc_;    // [T, N, action_numel] discrete / multi-discrete actions
   std::vector<float> cont_;      // [T, N, action_numel] continuous actions
   std::vector<float> logp_;      // [T, N]
   std::vector<float> value_;     // [T, N]

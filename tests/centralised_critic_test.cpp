@@ -246,7 +246,7 @@ TEST_CASE("a cnn policy trains with the LibTorch update on [T, N, C, H, W] rollo
 
 TEST_CASE("the trajectory store keeps a global state per row, by group, and leaves dropped groups out",
           "[ctde][store]") {
-  TrajectoryStore store(/*T=*/2, /*obs_numel=*/1, /*action_numel=*/0, /*state_numel=*/4);
+  TrajectoryStore store(/*T=*/2, /*obs_numel=*/1, Space::Discrete(2), /*state_numel=*/4);
   const int a = store.AddGroup(2);
   const int b = store.AddGroup(1);
   const int64_t act2[] = {0, 1}, act1[] = {1};
@@ -288,7 +288,7 @@ TEST_CASE("the trajectory store keeps a global state per row, by group, and leav
   CHECK_THROWS_WITH(store.Take({1}, 0, nullptr, {3}), Catch::Contains("3 elements") && Catch::Contains("4 per row"));
 
   // Without states nothing is stored and Rollout::states stays undefined.
-  TrajectoryStore plain(1, 1, 0);
+  TrajectoryStore plain(1, 1, Space::Discrete(2));
   const int g = plain.AddGroup(1);
   plain.RecordStep(g, obs1, act1, f1, f1, 0);
   plain.RecordOutcome(g, f1, no1, no1);

@@ -236,3 +236,72 @@ TEST_CASE("TorchScript export of a Gaussian policy gives the clamped mean", "[ex
 }
 
 }  // namespace farm
+
+namespace farm {
+
+TEST_CASE("TorchScript export of a multi-discrete policy gives each component's argmax", "[export]") {
+  torch::manual_seed(5);
+  for (const std::vector<int64_t>& nvec : {std::vector<int64_t>{2, 3, 4}, std::vector<int64_t>{3, 3}}) {
+    INFO("nvec " << c10::str(nvec));
+    ActorCritic policy(Space::Box({3}, {-1.0f}, {1.0f}), Space::MultiDiscrete(nvec), std::vector<int>{16, 16});
+    SharpenActor(*policy, 100.0, 0.1);
+    TempDir tmp;
+    const std::string path = tmp.path + "/policy.pt";
+    const Status s = ExportTorchScript(*policy, path);
+    INFO(s.message());
+    REQUIRE(s.ok());
+    const torch::Tensor obs = torch::randn({256, 3});
+    torch::Tensor expected;
+    {
+      c10::InferenceMode guard;
+      expected = policy->Act(obs, /*deterministic=*/true).action;
+    }
+    REQUIRE(expected.sizes() == torch::IntArrayRef({256, static_cast<int64_t>(nvec.size())}));
+    const torch::Tensor actual = RunExported(path, obs);
+    CHECK(actual.scalar_type() == torch::kInt64);
+    REQUIRE(actual.sizes() == expected.sizes());
+    CHECK(torch::equal(actual, expected));
+    for (int64_t i = 0; i < static_cast<int64_t>(nvec.size()); ++i) {
+      const torch::Tensor column = expected.select(1, i);
+      CHECK((column != column[0]).any().item<bool>());  // every component varies with the observation
+      CHECK(column.max().item<int64_t>() < nvec[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+TEST_CASE("policy_spec.json round-trips a multi-discrete action space and names bad nvec entries", "[export]") {
+  const Space obs = Space::Box({3}, {-1.0f}, {1.0f});
+  const Space action = Space::MultiDiscrete({2, 5, 3});
+  const std::string text = PolicySpecJson(obs, action, {8});
+  const auto j = nlohmann::json::parse(text);
+  CHECK(j["action"]["kind"] == "multi_discrete");
+  CHECK(j["action"]["nvec"] == nlohmann::json::array({2, 5, 3}));
+  CHECK(j["action"]["shape"] == nlohmann::json::array({3}));
+  Space obs2, action2;
+  std::vector<int> hidden;
+  REQUIRE(ParsePolicySpecJson(text, "spec", &obs2, &action2, &hidden, nullptr).ok());
+  CHECK(action2 == action);
+  CHECK(obs2 == obs);
+  // Discrete and box specs carry no "nvec" key (files of earlier runs read the same).
+  CHECK_FALSE(nlohmann::json::parse(PolicySpecJson(obs, Space::Discrete(3), {8}))["action"].contains("nvec"));
+
+  auto error = [&](const std::string& act) {
+    Space o, a;
+    std::vector<int> h;
+    const std::string spec = R"({"observation": {"kind": "box", "shape": [1], "low": [0], "high": [1]}, "action": )" +
+                             act + R"(, "hidden_sizes": [8]})";
+    const Status s = ParsePolicySpecJson(spec, "spec", &o, &a, &h, nullptr);
+    return s.ok() ? std::string("ok") : s.message();
+  };
+  CHECK_THAT(error(R"({"kind": "multi_discrete", "nvec": []})"), Catch::Contains("action.nvec"));
+  CHECK_THAT(error(R"({"kind": "multi_discrete", "nvec": [2, 0]})"), Catch::Contains("integers > 0"));
+  CHECK_THAT(error(R"({"kind": "multi_discrete", "nvec": [2, 2.5]})"), Catch::Contains("action.nvec"));
+  CHECK_THAT(error(R"({"kind": "multi_discrete", "shape": [3], "nvec": [2, 2]})"),
+             Catch::Contains("action.shape: expected [2]"));
+  CHECK_THAT(error(R"({"kind": "multi_discrete", "nvec": [2], "low": [0]})"), Catch::Contains("action.low"));
+  CHECK_THAT(error(R"({"kind": "discrete", "n": 2, "nvec": [2]})"), Catch::Contains("only a multi_discrete"));
+  CHECK_THAT(error(R"({"kind": "multi", "nvec": [2]})"), Catch::Contains("multi_discrete"));
+  CHECK(error(R"({"kind": "multi_discrete", "shape": [2], "n": 0, "nvec": [2, 7], "low": [], "high": []})") == "ok");
+}
+
+}  // namespace farm

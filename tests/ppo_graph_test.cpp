@@ -30,13 +30,18 @@ namespace {
 constexpr int64_t kObsDim = 5;
 const Space kState = Space::Box({2, 3}, {-1.f}, {1.f});
 
-ActorCritic MakePolicy(bool discrete, bool state) {
+// The action spaces the graphed step is held to the LibTorch update on: categorical, multi-discrete
+// (per-component heads, summed log-probs and entropies) and Gaussian.
+const Space kDiscrete = Space::Discrete(3);
+const Space kMultiDiscrete = Space::MultiDiscrete({2, 3});
+const Space kBox = Space::Box({2}, {-1}, {1});
+
+ActorCritic MakePolicy(const Space& action, bool state) {
   const Space obs = Space::Box({kObsDim}, {-1}, {1});
   PolicyOptions options;
   if (state) options.global_state = kState;
   const std::vector<int> hidden = {24, 16};
-  return discrete ? ActorCritic(obs, Space::Discrete(3), hidden, options)
-                  : ActorCritic(obs, Space::Box({2}, {-1}, {1}), hidden, options);
+  return ActorCritic(obs, action, hidden, options);
 }
 
 // A rollout acted by `net`; with a state, the k rows of an env share one.
@@ -53,7 +58,7 @@ Rollout MakeRollout(ActorCritic& net, int64_t steps, int64_t envs, int64_t k, to
 using testing::RelativeDiff;
 
 struct Case {
-  bool discrete = true;
+  Space action = kDiscrete;
   bool state = false;
   int64_t steps = 8, envs = 6, k = 1;
   std::optional<double> target_kl;
@@ -64,8 +69,8 @@ struct Case {
 // Trains a LibTorch-path trainer and a graphed one side by side for four updates and compares.
 void CompareWithLibTorch(const Case& c) {
   torch::manual_seed(3);
-  ActorCritic a = MakePolicy(c.discrete, c.state);
-  ActorCritic b = MakePolicy(c.discrete, c.state);
+  ActorCritic a = MakePolicy(c.action, c.state);
+  ActorCritic b = MakePolicy(c.action, c.state);
   {
     torch::NoGradGuard no_grad;
     // A trained policy's head scale (see ppo_fused_test): with the near-uniform initial head Adam's step
@@ -139,8 +144,8 @@ void CompareWithLibTorch(const Case& c) {
 TEST_CASE("The graphed step matches the LibTorch update (eager on the CPU)", "[ppo][graph]") {
   at::set_num_threads(1);
   Case c;
-  c.discrete = GENERATE(true, false);
-  INFO("discrete " << c.discrete);
+  c.action = GENERATE(kDiscrete, kMultiDiscrete, kBox);
+  INFO("action " << c.action.ToString());
   CompareWithLibTorch(c);
 }
 
@@ -163,7 +168,7 @@ TEST_CASE("The graphed step stops at the target KL as the LibTorch update does",
 
 TEST_CASE("ppo.graph_update: unequal minibatches and the CPU under auto take the LibTorch path", "[ppo][graph]") {
   torch::manual_seed(4);
-  ActorCritic net = MakePolicy(true, false);
+  ActorCritic net = MakePolicy(kDiscrete, false);
   PpoConfig config;
   config.fused_update = "off";
   config.num_minibatches = 3;
@@ -180,13 +185,13 @@ TEST_CASE("ppo.graph_update: unequal minibatches and the CPU under auto take the
   CHECK(on.graphed_updates() == 1);
 
   config.graph_update = "auto";
-  PpoTrainer cpu_auto(MakePolicy(true, false), config, 1);
+  PpoTrainer cpu_auto(MakePolicy(kDiscrete, false), config, 1);
   cpu_auto.Update(even, 0);
   cpu_auto.Update(even, 0);
   CHECK(cpu_auto.graphed_updates() == 0);
 
   config.graph_update = "sometimes";
-  CHECK_THROWS_WITH(PpoTrainer(MakePolicy(true, false), config, 1),
+  CHECK_THROWS_WITH(PpoTrainer(MakePolicy(kDiscrete, false), config, 1),
                     Catch::Contains("ppo.graph_update must be auto, on or off, got 'sometimes'"));
 }
 
@@ -199,13 +204,13 @@ TEST_CASE("The CUDA graph of the PPO step matches the LibTorch update on the GPU
   c.device = torch::Device(torch::kCUDA);
   // Different kernels (a graph replays cuBLAS's choices for the captured shapes) round differently.
   c.tolerance = 1e-4;
-  c.discrete = GENERATE(true, false);
+  c.action = GENERATE(kDiscrete, kMultiDiscrete, kBox);
   c.state = GENERATE(false, true);
   if (c.state) {
     c.envs = 9;
     c.k = 3;
   }
-  INFO("discrete " << c.discrete << ", state " << c.state);
+  INFO("action " << c.action.ToString() << ", state " << c.state);
   CompareWithLibTorch(c);
 }
 
@@ -241,7 +246,7 @@ TEST_CASE("Captures of the PPO step while another thread samples on the GPU (Loc
     }
   };
   torch::manual_seed(8);
-  ActorCritic net = MakePolicy(true, false);
+  ActorCritic net = MakePolicy(kDiscrete, false);
   net->to(torch::kCUDA);
   PpoConfig config;
   config.num_minibatches = 2;

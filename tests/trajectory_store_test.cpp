@@ -5,10 +5,11 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+using farm::Space;
 using farm::TrajectoryStore;
 
 TEST_CASE("groups record steps into their own columns and Take resets", "[store]") {
-  TrajectoryStore store(/*T=*/2, /*obs_numel=*/2, /*action_numel=*/0);
+  TrajectoryStore store(/*T=*/2, /*obs_numel=*/2, Space::Discrete(4));
   const int a = store.AddGroup(2);
   const int b = store.AddGroup(1);
   REQUIRE(store.num_envs() == 3);
@@ -64,7 +65,7 @@ TEST_CASE("groups record steps into their own columns and Take resets", "[store]
 }
 
 TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
-  TrajectoryStore store(3, 1, /*action_numel=*/2);  // continuous actions of 2 floats
+  TrajectoryStore store(3, 1, Space::Box({2}, {-1}, {1}));  // continuous actions of 2 floats
   const int a = store.AddGroup(1);
   const float obs[] = {42}, act[] = {0.5f, -0.5f}, lp[] = {-1}, v[] = {2}, rew[] = {1};
   const uint8_t no[] = {0};
@@ -93,7 +94,7 @@ TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
 }
 
 TEST_CASE("a removed group leaves the rollout and no longer blocks it", "[store]") {
-  TrajectoryStore store(1, 1, 0);
+  TrajectoryStore store(1, 1, Space::Discrete(2));
   const int a = store.AddGroup(1);
   const int b = store.AddGroup(2);
   const int c = store.AddGroup(1);

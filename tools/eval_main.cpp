@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
                             policy->observation_space().ToString(), policy->action_space().ToString()));
 
   const farm::Space& action_space = spec.action;
-  const bool discrete = action_space.is_discrete();
+  const bool discrete = action_space.is_categorical();  // int64 actions: discrete or multi-discrete
   // One row per agent (env-major); a single-agent env has a row per env. The shared policy acts on each row.
   const int rows = group->rows();
   std::vector<int64_t> obs_shape = {static_cast<int64_t>(rows)};

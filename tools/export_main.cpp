@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       normalize->Apply(inputs.data_ptr<float>(), policy_in.data_ptr<float>(), samples);
     }
     actions = policy->Act(policy_in, /*deterministic=*/true).action;
-    if (!action_space.is_discrete()) {
+    if (action_space.is_box()) {
       actions = torch::clamp(actions.reshape({samples, action_space.numel()}),
                              torch::tensor(action_space.low, torch::kFloat32),
                              torch::tensor(action_space.high, torch::kFloat32));
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json j;
   j["obs_shape"] = obs_space.shape;
-  j["action_kind"] = action_space.is_discrete() ? "discrete" : "box";
+  j["action_kind"] = action_space.is_discrete() ? "discrete" : action_space.is_multi_discrete() ? "multi_discrete" : "box";
   j["action_shape"] = action_space.shape;
   j["checkpoint"] = checkpoint;
   const torch::Tensor rows = inputs.reshape({samples, obs_space.numel()}).contiguous();
@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
   if (action_space.is_discrete()) {
     const torch::Tensor a = actions.to(torch::kInt64).contiguous();
     for (int64_t i = 0; i < samples; ++i) j["actions"].push_back(a.data_ptr<int64_t>()[i]);
+  } else if (action_space.is_multi_discrete()) {
+    const torch::Tensor a = actions.to(torch::kInt64).contiguous();
+    const int64_t k = action_space.numel();
+    for (int64_t i = 0; i < samples; ++i)
+      j["actions"].push_back(std::vector<int64_t>(a.data_ptr<int64_t>() + i * k, a.data_ptr<int64_t>() + (i + 1) * k));
   } else {
     const torch::Tensor a = actions.to(torch::kFloat32).contiguous();
     for (int64_t i = 0; i < samples; ++i) {
