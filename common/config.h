@@ -117,7 +117,7 @@ struct LearnerConfig {
   bool random_actions = false;     // uniform random actions, no model: measures transport alone
   std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)
   bool resume = false;             // continue run_dir from its latest checkpoint: policy, optimizer, counters
-  bool deterministic = false;      // act with the mode (discrete) or mean (box) instead of sampling
+  bool deterministic = false;      // act with the mode (discrete, per component) or mean (box) instead of sampling
   // NaN or +-Inf in a request's obs, reward, final_obs or episode returns: reject = answer it with an Error
   // and record nothing; sanitize = replace each by 0, record and act, and warn (once per worker per 10 s).
   std::string non_finite = "reject";

@@ -5,7 +5,8 @@
 # the config's env.name does not matter. Passes when the run is solved (mean return of the
 # last 100 episodes >= 9.5) with both workers and no protocol error, a continuous-action run
 # and a CURVE run go through, and a run with env.normalize_obs and env.normalize_reward sends
-# exactly the normalised data (part 4; checked message by message) and learns.
+# exactly the normalised data (part 4; checked message by message) and learns, and a multi-discrete
+# action env is learnt (part 5).
 # Usage: python_worker_test.sh BUILD_DIR
 # Needs python3 with zmq and google.protobuf (Debian: python3-zmq python3-protobuf), and numpy
 # for part 4's check (python3-numpy); the worker itself needs no numpy.
@@ -333,4 +334,43 @@ assert not n["frozen"] and n["obs_count"] > 0 and n["ret_count"] > 0, n
 # without normalisation ended at 424, never reaching 475 (checked by hand, 2026-11-26).
 assert s["mean_return_100"] is not None and s["mean_return_100"] >= 475, s["mean_return_100"]
 print("ok: normalisation")
+PY
+
+# 5. Multi-discrete actions (nvec [2, 3], start [0, -1]): the space on the wire, the actions as lists of ints
+# shifted by start, and a run that learns both components (random 4.2, max 10).
+FARM_PYTHON_PATH="$proto_dir" "$py" - "$root" <<'PY'
+import sys
+root = sys.argv[1]
+sys.path[:0] = [root + "/worker/python", root + "/tests/python"]
+import farm_worker as fw, cue_env
+pb = fw.load_proto()
+v = fw.VectorEnv([cue_env.make_multi() for _ in range(2)])
+assert v.action_space == fw.MultiDiscrete([2, 3], [0, -1]) and v.action_numel == 2, v.action_space
+w = pb.Space()
+fw._space_to_wire(v.action_space, w)
+assert w.kind == pb.Space.MULTI_DISCRETE and list(w.nvec) == [2, 3] and list(w.shape) == [2] and w.dtype == pb.INT64
+v.reset(seed=3)
+_, r, _, _, _ = v.step([1, 2, 0, 0])  # wire actions [1, 2] -> env action [1, 1]; [0, 0] -> [0, -1]
+assert all(x in (0.0, 0.5, 1.0) for x in r), list(r)
+for bad in ({"nvec": [[2, 3]]}, {"nvec": [2, 0]}):
+    try:
+        fw.as_space(bad)
+        raise AssertionError(f"as_space accepted {bad}")
+    except fw.WorkerError as e:
+        assert "MultiDiscrete" in str(e), e
+print("MultiDiscrete ok")
+PY
+rm -f "$tmp"/worker-*.json
+start_learner "$tmp/run_multi" total_env_steps=200000 target_return=9 stop_at_target=true
+start_worker 0 make_multi
+wait_all
+"$py" - "$tmp/run_multi" <<'PY'
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+spec = json.load(open(os.path.join(sys.argv[1], "policy_spec.json")))
+print("multi-discrete summary: steps", s["env_steps"], "mean_return_100", s["mean_return_100"], "solved at",
+      s["solved_at_steps"], "protocol_errors", s["protocol_errors"])
+assert spec["action"]["kind"] == "multi_discrete" and spec["action"]["nvec"] == [2, 3], spec["action"]
+assert s["protocol_errors"] == 0 and s["solved_at_steps"] is not None, s
+print("ok: multi-discrete actions")
 PY

@@ -8,6 +8,11 @@ semantics), so the maximum return is 10 and a uniform policy averages 5.
 make_continuous() gives the same cue with one continuous action in [-1, 1]
 (reward 1 - |action - cue| / 2), for the float32 action path.
 
+make_multi() gives two cues answered by one multi-discrete action, nvec [2, 3] with start
+[0, -1] (Gymnasium's MultiDiscrete start): action[0] in {0, 1} answers the sign cue as above,
+action[1] in {-1, 0, 1} repeats a second cue; reward 0.5 per component matched (max return 10,
+uniform policy 10 * (1/4 + 1/6) = 4.2). It raises on an action that is not two ints in range.
+
 make_scaled() gives the same task with badly scaled observations and rewards, for the
 normalisation test: observation [200 + 50 cue, noise with rare spikes of 1000, 3 + 0.01 noise,
 1000 t / length], reward 50 or 0 (max return 500). With $CUE_ENV_LOG set, each such env
@@ -26,6 +31,11 @@ import random
 class _Discrete:
     def __init__(self, n):
         self.n = n
+
+
+class _MultiDiscrete:
+    def __init__(self, nvec, start):
+        self.nvec, self.start = nvec, start
 
 
 class _Box:
@@ -73,6 +83,29 @@ class ContinuousCueEnv(CueEnv):
         return self._obs(), reward, False, self._t >= self.length, {}
 
 
+class MultiCueEnv(CueEnv):
+    """Two cues, one multi-discrete action (see above)."""
+
+    def __init__(self, length=10):
+        super().__init__(length)
+        self.action_space = _MultiDiscrete(nvec=[2, 3], start=[0, -1])
+        self._cue2 = 0
+
+    def _obs(self):
+        obs = super()._obs()
+        self._cue2 = self._rng.choice((-1, 0, 1))
+        obs[1] = float(self._cue2)
+        return obs
+
+    def step(self, action):
+        if (not isinstance(action, list) or len(action) != 2 or not all(isinstance(a, int) for a in action)
+                or action[0] not in (0, 1) or action[1] not in (-1, 0, 1)):
+            raise ValueError(f"MultiCueEnv: expected [0..1, -1..1] as two ints, got {action!r}")
+        reward = 0.5 * ((action[0] == 1) == (self._cue > 0)) + 0.5 * (action[1] == self._cue2)
+        self._t += 1
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
 class ScaledCueEnv(CueEnv):
     """CueEnv with observations and rewards far from unit scale; logs what it returned (see above)."""
 
@@ -113,6 +146,10 @@ class ScaledCueEnv(CueEnv):
 
 def make():
     return CueEnv()
+
+
+def make_multi():
+    return MultiCueEnv()
 
 
 def make_scaled():

@@ -16,8 +16,9 @@ Envs follow Gymnasium's single-env API:
     reset(seed=None) -> (obs, info)
     step(action)     -> (obs, reward, terminated, truncated, info)
 with `observation_space` (a box: `shape`, `low`, `high`) and `action_space`
-(discrete: `n`; else a box). Gymnasium space objects work, as do the small
-`Discrete`/`Box` classes below or dicts with the same keys. Time limits are the
+(discrete: `n`; multi-discrete: a flat `nvec`, actions passed to step as a
+list of K ints; else a box). Gymnasium space objects work, as do the small
+`Discrete`/`MultiDiscrete`/`Box` classes below or dicts with the same keys. Time limits are the
 env's business: it reports `truncated`. No numpy is needed (observations may be
 lists, tuples, array('f') or anything with .tolist()).
 
@@ -178,6 +179,32 @@ class Discrete:
         return isinstance(other, Discrete) and (self.n, self.start) == (other.n, other.start)
 
 
+class MultiDiscrete:
+    """K integers, component i in [start[i], start[i] + nvec[i]) (Gymnasium's MultiDiscrete with a flat nvec)."""
+
+    def __init__(self, nvec: Sequence[int], start: Optional[Sequence[int]] = None):
+        nvec = _to_list(nvec)
+        if any(isinstance(v, (list, tuple)) for v in nvec):
+            raise ValueError(f"MultiDiscrete needs a flat nvec, got {nvec!r} (flatten it and reshape in the env)")
+        self.nvec = [int(v) for v in nvec]
+        if not self.nvec or any(v <= 0 for v in self.nvec):
+            raise ValueError(f"MultiDiscrete needs a non-empty nvec of integers > 0, got {self.nvec}")
+        start = [0] * len(self.nvec) if start is None else [int(v) for v in _to_list(start)]
+        if len(start) != len(self.nvec):
+            raise ValueError(f"MultiDiscrete start has {len(start)} entries, nvec {len(self.nvec)}")
+        self.start = start
+
+    @property
+    def numel(self) -> int:
+        return len(self.nvec)
+
+    def __repr__(self):
+        return f"MultiDiscrete({self.nvec})" if not any(self.start) else f"MultiDiscrete({self.nvec}, start={self.start})"
+
+    def __eq__(self, other):
+        return isinstance(other, MultiDiscrete) and (self.nvec, self.start) == (other.nvec, other.start)
+
+
 class Box:
     """A float32 tensor of `shape` with bounds low/high (scalars or flat/nested sequences)."""
 
@@ -252,13 +279,19 @@ def _broadcast(v, numel: int, what: str) -> List[float]:
 
 
 def as_space(space) -> Any:
-    """A Discrete or Box from a gymnasium-like object or a dict (duck-typed:
-    something with `n` is discrete, anything else a box with shape/low/high)."""
-    if isinstance(space, (Discrete, Box)):
+    """A Discrete, MultiDiscrete or Box from a gymnasium-like object or a dict (duck-typed:
+    something with `nvec` is multi-discrete, with `n` discrete, anything else a box with
+    shape/low/high)."""
+    if isinstance(space, (Discrete, MultiDiscrete, Box)):
         return space
     if space is None:
         raise WorkerError("env has no observation_space/action_space")
     get = (lambda k, d=None: space.get(k, d)) if isinstance(space, dict) else (lambda k, d=None: getattr(space, k, d))
+    if get("nvec") is not None:
+        try:
+            return MultiDiscrete(get("nvec"), get("start"))
+        except ValueError as e:
+            raise WorkerError(f"cannot read space {space!r}: {e}") from None
     if get("n") is not None:
         return Discrete(int(get("n")), int(get("start", 0) or 0))
     shape = get("shape")
@@ -277,6 +310,11 @@ def _space_to_wire(space, out) -> None:
         out.kind = pb.Space.DISCRETE
         out.dtype = pb.INT64
         out.n = space.n
+    elif isinstance(space, MultiDiscrete):
+        out.kind = pb.Space.MULTI_DISCRETE
+        out.dtype = pb.INT64
+        out.shape.append(len(space.nvec))
+        out.nvec.extend(space.nvec)
     else:
         out.kind = pb.Space.BOX
         out.dtype = pb.FLOAT32
@@ -353,6 +391,7 @@ class VectorEnv:
                 raise WorkerError(f"env {i} has other spaces than env 0")
         self.obs_numel = self.observation_space.numel
         self.discrete = isinstance(self.action_space, Discrete)
+        self.multi_discrete = isinstance(self.action_space, MultiDiscrete)
         self.action_numel = 1 if self.discrete else self.action_space.numel
         n = len(self.envs)
         self.obs = array("f", bytes(4 * n * self.obs_numel))
@@ -381,6 +420,8 @@ class VectorEnv:
         if self.discrete:
             return int(actions[i]) + self.action_space.start
         k = i * self.action_numel
+        if self.multi_discrete:  # a list of K ints, each shifted by its component's start
+            return [int(a) + s for a, s in zip(actions[k:k + self.action_numel], self.action_space.start)]
         flat = [float(v) for v in actions[k:k + self.action_numel]]
         shape = self.action_space.shape
         for d in reversed(shape[1:]):  # nested lists for multi-dimensional boxes
@@ -403,7 +444,8 @@ class VectorEnv:
         return self.obs, {"infos": infos}
 
     def step(self, actions):
-        """actions: num_envs ints (discrete) or num_envs * action_numel floats (flat), any sequence."""
+        """actions: num_envs ints (discrete), num_envs * K ints (multi-discrete, flat) or
+        num_envs * action_numel floats (box, flat), any sequence."""
         expected = self.num_envs * self.action_numel
         if len(actions) != expected:
             raise WorkerError(f"step got {len(actions)} actions, expected {expected}")
@@ -1066,6 +1108,14 @@ class PythonWorker:
             for a in actions:
                 if a < 0 or a >= group.action_space.n:
                     raise ProtocolError(f"action {a} out of range [0, {group.action_space.n})")
+        elif group.multi_discrete:
+            nvec = group.action_space.nvec
+            self._check_tensor(t, pb.INT64, [n, len(nvec)], 8)
+            actions = _from_le("q", t.data)
+            for j, a in enumerate(actions):
+                if a < 0 or a >= nvec[j % len(nvec)]:
+                    raise ProtocolError(f"action {a} (component {j % len(nvec)} of row {j // len(nvec)}) "
+                                        f"out of range [0, {nvec[j % len(nvec)]})")
         else:
             self._check_tensor(t, pb.FLOAT32, [n, *group.action_space.shape], 4)
             actions = _from_le("f", t.data)
