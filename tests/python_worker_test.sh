@@ -78,6 +78,69 @@ assert info["episodes"] == [(10.0, 10)] * 3, info["episodes"]
 print("VectorEnv ok")
 PY
 
+# FrameStack (no learner): the stacked space, and each step's stacked rows and final observations against
+# the rule written out here over a plain VectorEnv of the same envs and seeds (last k frames, oldest first;
+# all k the reset observation after a reset); a PythonWorker stacks before it normalises.
+FARM_PYTHON_PATH="$proto_dir" "$py" - "$root" <<'PY'
+import random, sys
+from collections import deque
+root = sys.argv[1]
+sys.path[:0] = [root + "/worker/python", root + "/tests/python"]
+import farm_worker as fw
+
+class Counter:  # observation [t, episode, -t]; action 1 terminates; truncated after 3 steps
+    observation_space = fw.Box([-10.0, 0.0, -5.0], [10.0, 1e6, 5.0], (3,))
+    action_space = fw.Discrete(2)
+    def __init__(self): self.t, self.ep = 0, 0
+    def _obs(self): return [float(self.t), float(self.ep), float(-self.t)]
+    def reset(self, seed=None): self.t = 0; self.ep += 1; return self._obs(), {}
+    def step(self, a): self.t += 1; return self._obs(), 0.0, a == 1, self.t >= 3, {}
+
+k, n = 4, 3
+s = fw.FrameStack(fw.VectorEnv([Counter() for _ in range(n)]), k)
+assert s.observation_space.shape == (12,) and s.obs_numel == 12 and s.num_envs == n
+assert s.observation_space.low == [-10.0, 0.0, -5.0] * 4 and s.observation_space.high == [10.0, 1e6, 5.0] * 4
+img = fw.stacked_space(fw.Box(0.0, 1.0, (2, 5, 5)), 3)
+assert img.shape == (6, 5, 5) and len(img.low) == 150
+plain = fw.VectorEnv([Counter() for _ in range(n)])
+obs, _ = s.reset(seed=1)
+pobs, _ = plain.reset(seed=1)
+hist = [deque([list(pobs[3 * i:3 * i + 3])] * k) for i in range(n)]
+assert list(obs[:12]) == [0.0, 1.0, 0.0] * 4
+rng = random.Random(3)
+ends = {"terminated": 0, "truncated": 0}
+for t in range(40):
+    acts = [1 if rng.random() < 0.2 else 0 for _ in range(n)]
+    obs, r, term, trunc, info = s.step(acts)
+    pobs, _, pterm, ptrunc, pinfo = plain.step(acts)
+    assert bytes(term) == bytes(pterm) and bytes(trunc) == bytes(ptrunc) and info["episodes"] == pinfo["episodes"]
+    assert info["final_obs_index"] == pinfo["final_obs_index"]
+    assert len(info["final_obs"]) == 12 * len(pinfo["final_obs_index"])
+    for j, i in enumerate(pinfo["final_obs_index"]):
+        h = list(hist[i])[1:] + [list(pinfo["final_obs"][3 * j:3 * j + 3])]
+        assert list(info["final_obs"][12 * j:12 * j + 12]) == sum(h, []), (t, i)
+    for i in range(n):
+        frame = list(pobs[3 * i:3 * i + 3])
+        if pterm[i] or ptrunc[i]:
+            ends["terminated" if pterm[i] else "truncated"] += 1
+            hist[i] = deque([frame] * k)
+        else:
+            hist[i].popleft(); hist[i].append(frame)
+        assert list(obs[12 * i:12 * i + 12]) == sum(hist[i], []), (t, i, list(obs), list(hist[i]))
+assert ends["terminated"] > 0 and ends["truncated"] > 0, ends
+for bad in (0, 65):
+    try:
+        fw.FrameStack(fw.VectorEnv([Counter()]), bad); raise AssertionError(bad)
+    except fw.WorkerError as e:
+        assert "frame_stack" in str(e) and str(bad) in str(e), e
+w = fw.PythonWorker([Counter] * 4, "tcp://127.0.0.1:1", num_groups=2, frame_stack=k,
+                    normalization=fw.NormalizerOptions(obs=True), rollout_length=8)
+assert all(isinstance(g, fw.FrameStack) for g in w.groups) and w.groups[0].observation_space.shape == (12,)
+assert w.normalizer.obs_numel == 12 and w.normalizer.own_obs.dim == 12
+w.close()
+print("FrameStack ok")
+PY
+
 # The Python worker's Normalizer (no learner): Welford statistics, the float32 transform and clip, reward
 # scaling by hand (the numbers of tests/normalizer_test.cpp), deltas, the learner's statistics and their checks.
 FARM_PYTHON_PATH="$proto_dir" "$py" - "$root" <<'PY'
