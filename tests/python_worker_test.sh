@@ -4,8 +4,9 @@
 # (max return 10, random policy 5). The learner learns the spaces from the handshake, so
 # the config's env.name does not matter. Passes when the run is solved (mean return of the
 # last 100 episodes >= 9.5) with both workers and no protocol error, a continuous-action run
-# and a CURVE run go through, and a run with env.normalize_obs and env.normalize_reward sends
-# exactly the normalised data (part 4; checked message by message) and learns.
+# and a CURVE run go through, a run with --frame-stack 3 sends [12] observations and solves it,
+# and a run with env.normalize_obs and env.normalize_reward sends exactly the normalised data
+# (part 4; checked message by message) and learns.
 # Usage: python_worker_test.sh BUILD_DIR
 # Needs python3 with zmq and google.protobuf (Debian: python3-zmq python3-protobuf), and numpy
 # for part 4's check (python3-numpy); the worker itself needs no numpy.
@@ -314,6 +315,23 @@ assert s["env"] == "ContinuousCueEnv" and s["workers"] == 1, s
 assert s["protocol_errors"] == 0 and s["env_steps"] >= 2000, s
 assert w["env_steps"] >= 2000 and w["stop_reason"], w
 print("ok: continuous actions")
+PY
+
+# 2b. Frame stacking: a Python worker with --frame-stack 3 declares observations of [12] (3 x 4) in its Hello;
+# the learner builds its policy for them and the run still solves the cue task (the newest frame holds the cue).
+rm -f "$tmp"/worker-*.json
+start_learner "$tmp/run_stack" total_env_steps=60000 target_return=9.5 stop_at_target=true env.frame_stack=3
+start_worker 0 make --frame-stack 3
+wait_all
+"$py" - "$tmp/run_stack" <<'PY'
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+spec = json.load(open(os.path.join(sys.argv[1], "policy_spec.json")))
+print("stack summary: steps", s["env_steps"], "mean_return_100", s["mean_return_100"], "observation",
+      spec["observation"]["shape"])
+assert spec["observation"]["shape"] == [12], spec["observation"]
+assert s["protocol_errors"] == 0 and s["solved_at_steps"] is not None, s
+print("ok: frame stacking, solved at", s["solved_at_steps"], "steps")
 PY
 
 # 3. CURVE (docs/OPERATIONS.md, "Security: CURVE keys"): a Python worker without keys is told at once that the
