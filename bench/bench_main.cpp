@@ -368,7 +368,7 @@ int BenchFlops(const std::string& config_path, const std::vector<std::string>& o
     return 2;
   }
   std::unique_ptr<farm::EnvGroup> group;
-  if (auto s = farm::EnvGroup::Create(config.env.name, config.env.options, 1, 1, &group); !s.ok()) {
+  if (auto s = farm::EnvGroup::Create(config.env, 1, 1, &group); !s.ok()) {
     fmt::print(stderr, "{}\n", s.message());
     return 2;
   }

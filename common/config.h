@@ -44,6 +44,11 @@ struct EnvConfig {
   bool normalize_reward = false;
   double obs_clip = 10;
   double reward_clip = 10;
+  // Frame stacking on the workers (worker/env_group.h): each row's observation is the env's last frame_stack
+  // observations, oldest first, concatenated along the first axis ([D] -> [k*D], [C, H, W] -> [k*C, H, W]),
+  // every frame the reset observation after a reset. 1: off. Normalisation applies to the stacked observation;
+  // the global state is not stacked. farm-eval stacks alike; a serving client must stack the same way.
+  int frame_stack = 1;
 
   template <class V> void visit(V& v) {
     v("name", name);
@@ -54,6 +59,7 @@ struct EnvConfig {
     v("normalize_reward", normalize_reward);
     v("obs_clip", obs_clip, Rule::Positive());
     v("reward_clip", reward_clip, Rule::Positive());
+    v("frame_stack", frame_stack, Rule::Between(1, 64));  // kMaxFrameStack in worker/env_group.h
   }
 };
 

@@ -83,6 +83,14 @@ TEST_CASE("out-of-range values say the allowed range", "[config]") {
   auto h = Parse("ppo:\n  hidden_sizes: [64, 0]\n", &c);
   REQUIRE_FALSE(h.ok());
   CHECK_THAT(h.message(), Catch::Contains("ppo.hidden_sizes[1]"));
+  for (const char* k : {"0", "65"}) {
+    auto f = Parse(std::string("env:\n  frame_stack: ") + k + "\n", &c);
+    REQUIRE_FALSE(f.ok());
+    CHECK_THAT(f.message(), Catch::Contains("env.frame_stack") && Catch::Contains("[1, 64]") && Catch::Contains(k));
+  }
+  auto fs = Parse("env:\n  frame_stack: 2.5\n", &c);
+  REQUIRE_FALSE(fs.ok());
+  CHECK_THAT(fs.message(), Catch::Contains("env.frame_stack"));
 }
 
 TEST_CASE("malformed YAML reports the line", "[config]") {
@@ -140,7 +148,10 @@ TEST_CASE("cross-key validation", "[config]") {
 
 TEST_CASE("the dumped config parses back to the same values", "[config]") {
   FarmConfig c;
-  REQUIRE(Parse("ppo:\n  lr: 0.000123\n  target_kl: 0.02\nenv:\n  options: {length: 7}\nrun_dir: a/b\n", &c).ok());
+  REQUIRE(
+      Parse("ppo:\n  lr: 0.000123\n  target_kl: 0.02\nenv:\n  options: {length: 7}\n  frame_stack: 4\nrun_dir: a/b\n",
+            &c)
+          .ok());
   const std::string text = farm::DumpConfig(c);
   FarmConfig back;
   auto s = farm::ParseConfig(text, "dump", &back);
@@ -150,6 +161,7 @@ TEST_CASE("the dumped config parses back to the same values", "[config]") {
   REQUIRE(back.ppo.target_kl);
   CHECK(*back.ppo.target_kl == Approx(0.02));
   CHECK(back.env.options == c.env.options);
+  CHECK(back.env.frame_stack == 4);
   CHECK(back.run_dir == "a/b");
   CHECK(!back.target_return);
   CHECK(farm::DumpConfig(back) == text);

@@ -2,6 +2,9 @@
 # End to end: one learner and two worker processes (real sockets, real PPO)
 # train CartPole-v1 to a 100-episode mean return >= 475 within a fixed step
 # budget. Usage: e2e_train.sh BUILD_DIR MODE SEED [KEY=VALUE ...]
+# With E2E_OBS_SHAPE set (a JSON list, e.g. [16]) it also requires that the learner built its policy
+# for that observation shape (run_dir/policy_spec.json) and that farm-eval, which builds its envs from
+# the run's config as the workers do, evaluates the run's checkpoint.
 set -euo pipefail
 build_dir="$1" mode="$2" seed="$3"
 shift 3
@@ -41,4 +44,18 @@ assert os.path.exists(os.path.join(run, "config.yaml"))
 events = os.listdir(os.path.join(run, "tb"))
 assert any(e.startswith("events.out.tfevents.") for e in events), events
 print("ok: solved at", s["solved_at_steps"], "steps,", round(s["solved_at_seconds"], 1), "s")
+want = os.environ.get("E2E_OBS_SHAPE")
+if want:
+    spec = json.load(open(os.path.join(run, "policy_spec.json")))
+    assert spec["observation"]["shape"] == json.loads(want), (spec["observation"]["shape"], want)
+    print("ok: the policy takes observations of shape", want)
 PY
+if [ -n "${E2E_OBS_SHAPE:-}" ]; then
+  "$build_dir/tools/farm-eval" "$run_dir" --episodes 8 >"$run_dir/eval.json"
+  python3 - "$run_dir/eval.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))
+print("eval:", json.dumps(e))
+assert e["episodes"] == 8, e
+PY
+fi

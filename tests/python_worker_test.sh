@@ -4,9 +4,9 @@
 # (max return 10, random policy 5). The learner learns the spaces from the handshake, so
 # the config's env.name does not matter. Passes when the run is solved (mean return of the
 # last 100 episodes >= 9.5) with both workers and no protocol error, a continuous-action run
-# and a CURVE run go through, and a run with env.normalize_obs and env.normalize_reward sends
-# exactly the normalised data (part 4; checked message by message) and learns, and a multi-discrete
-# action env is learnt (part 5).
+# and a CURVE run go through, a run with --frame-stack 3 sends [12] observations and solves it,
+# a run with env.normalize_obs and env.normalize_reward sends exactly the normalised data
+# (part 4; checked message by message) and learns, and a multi-discrete action env is learnt (part 5).
 # Usage: python_worker_test.sh BUILD_DIR
 # Needs python3 with zmq and google.protobuf (Debian: python3-zmq python3-protobuf), and numpy
 # for part 4's check (python3-numpy); the worker itself needs no numpy.
@@ -77,6 +77,69 @@ assert len(info["final_obs"]) == 12 and info["final_obs"][3] == 1.0  # t/length 
 assert all(obs[4 * i + 3] == 0.0 for i in range(3)), "auto-reset: new first observations"
 assert info["episodes"] == [(10.0, 10)] * 3, info["episodes"]
 print("VectorEnv ok")
+PY
+
+# FrameStack (no learner): the stacked space, and each step's stacked rows and final observations against
+# the rule written out here over a plain VectorEnv of the same envs and seeds (last k frames, oldest first;
+# all k the reset observation after a reset); a PythonWorker stacks before it normalises.
+FARM_PYTHON_PATH="$proto_dir" "$py" - "$root" <<'PY'
+import random, sys
+from collections import deque
+root = sys.argv[1]
+sys.path[:0] = [root + "/worker/python", root + "/tests/python"]
+import farm_worker as fw
+
+class Counter:  # observation [t, episode, -t]; action 1 terminates; truncated after 3 steps
+    observation_space = fw.Box([-10.0, 0.0, -5.0], [10.0, 1e6, 5.0], (3,))
+    action_space = fw.Discrete(2)
+    def __init__(self): self.t, self.ep = 0, 0
+    def _obs(self): return [float(self.t), float(self.ep), float(-self.t)]
+    def reset(self, seed=None): self.t = 0; self.ep += 1; return self._obs(), {}
+    def step(self, a): self.t += 1; return self._obs(), 0.0, a == 1, self.t >= 3, {}
+
+k, n = 4, 3
+s = fw.FrameStack(fw.VectorEnv([Counter() for _ in range(n)]), k)
+assert s.observation_space.shape == (12,) and s.obs_numel == 12 and s.num_envs == n
+assert s.observation_space.low == [-10.0, 0.0, -5.0] * 4 and s.observation_space.high == [10.0, 1e6, 5.0] * 4
+img = fw.stacked_space(fw.Box(0.0, 1.0, (2, 5, 5)), 3)
+assert img.shape == (6, 5, 5) and len(img.low) == 150
+plain = fw.VectorEnv([Counter() for _ in range(n)])
+obs, _ = s.reset(seed=1)
+pobs, _ = plain.reset(seed=1)
+hist = [deque([list(pobs[3 * i:3 * i + 3])] * k) for i in range(n)]
+assert list(obs[:12]) == [0.0, 1.0, 0.0] * 4
+rng = random.Random(3)
+ends = {"terminated": 0, "truncated": 0}
+for t in range(40):
+    acts = [1 if rng.random() < 0.2 else 0 for _ in range(n)]
+    obs, r, term, trunc, info = s.step(acts)
+    pobs, _, pterm, ptrunc, pinfo = plain.step(acts)
+    assert bytes(term) == bytes(pterm) and bytes(trunc) == bytes(ptrunc) and info["episodes"] == pinfo["episodes"]
+    assert info["final_obs_index"] == pinfo["final_obs_index"]
+    assert len(info["final_obs"]) == 12 * len(pinfo["final_obs_index"])
+    for j, i in enumerate(pinfo["final_obs_index"]):
+        h = list(hist[i])[1:] + [list(pinfo["final_obs"][3 * j:3 * j + 3])]
+        assert list(info["final_obs"][12 * j:12 * j + 12]) == sum(h, []), (t, i)
+    for i in range(n):
+        frame = list(pobs[3 * i:3 * i + 3])
+        if pterm[i] or ptrunc[i]:
+            ends["terminated" if pterm[i] else "truncated"] += 1
+            hist[i] = deque([frame] * k)
+        else:
+            hist[i].popleft(); hist[i].append(frame)
+        assert list(obs[12 * i:12 * i + 12]) == sum(hist[i], []), (t, i, list(obs), list(hist[i]))
+assert ends["terminated"] > 0 and ends["truncated"] > 0, ends
+for bad in (0, 65):
+    try:
+        fw.FrameStack(fw.VectorEnv([Counter()]), bad); raise AssertionError(bad)
+    except fw.WorkerError as e:
+        assert "frame_stack" in str(e) and str(bad) in str(e), e
+w = fw.PythonWorker([Counter] * 4, "tcp://127.0.0.1:1", num_groups=2, frame_stack=k,
+                    normalization=fw.NormalizerOptions(obs=True), rollout_length=8)
+assert all(isinstance(g, fw.FrameStack) for g in w.groups) and w.groups[0].observation_space.shape == (12,)
+assert w.normalizer.obs_numel == 12 and w.normalizer.own_obs.dim == 12
+w.close()
+print("FrameStack ok")
 PY
 
 # The Python worker's Normalizer (no learner): Welford statistics, the float32 transform and clip, reward
@@ -252,6 +315,23 @@ assert s["env"] == "ContinuousCueEnv" and s["workers"] == 1, s
 assert s["protocol_errors"] == 0 and s["env_steps"] >= 2000, s
 assert w["env_steps"] >= 2000 and w["stop_reason"], w
 print("ok: continuous actions")
+PY
+
+# 2b. Frame stacking: a Python worker with --frame-stack 3 declares observations of [12] (3 x 4) in its Hello;
+# the learner builds its policy for them and the run still solves the cue task (the newest frame holds the cue).
+rm -f "$tmp"/worker-*.json
+start_learner "$tmp/run_stack" total_env_steps=60000 target_return=9.5 stop_at_target=true env.frame_stack=3
+start_worker 0 make --frame-stack 3
+wait_all
+"$py" - "$tmp/run_stack" <<'PY'
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+spec = json.load(open(os.path.join(sys.argv[1], "policy_spec.json")))
+print("stack summary: steps", s["env_steps"], "mean_return_100", s["mean_return_100"], "observation",
+      spec["observation"]["shape"])
+assert spec["observation"]["shape"] == [12], spec["observation"]
+assert s["protocol_errors"] == 0 and s["solved_at_steps"] is not None, s
+print("ok: frame stacking, solved at", s["solved_at_steps"], "steps")
 PY
 
 # 3. CURVE (docs/OPERATIONS.md, "Security: CURVE keys"): a Python worker without keys is told at once that the

@@ -75,8 +75,7 @@ int main(int argc, char** argv) {
   num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
 
   std::unique_ptr<farm::EnvGroup> group;
-  if (auto s = farm::EnvGroup::Create(config.env.name, config.env.options, num_envs, seed, &group); !s.ok())
-    return Fail(s.message());
+  if (auto s = farm::EnvGroup::Create(config.env, num_envs, seed, &group); !s.ok()) return Fail(s.message());
   const farm::EnvSpec& spec = group->spec();
   if (spec.observation != policy->observation_space() || spec.action != policy->action_space())
     return Fail(fmt::format("env {} has observation {} and action {}, but the policy was trained on {} and {}",

@@ -62,8 +62,7 @@ int main(int argc, char** argv) {
   num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
 
   std::unique_ptr<farm::EnvGroup> group;
-  if (auto s = farm::EnvGroup::Create(config.env.name, config.env.options, num_envs, seed, &group); !s.ok())
-    return Fail(s.message());
+  if (auto s = farm::EnvGroup::Create(config.env, num_envs, seed, &group); !s.ok()) return Fail(s.message());
   const farm::Space& act = group->spec().action;
   const int rows = group->rows();
   const int agents = group->num_agents();

@@ -1,5 +1,6 @@
 // EnvGroup: steps a vector of envs of one family with Gymnasium's vector-env
-// semantics (auto-reset in the same step, TimeLimit truncation, final_obs).
+// semantics (auto-reset in the same step, TimeLimit truncation, final_obs),
+// stacking frames as Gymnasium's FrameStackObservation(padding_type="reset").
 #include "worker/env_group.h"
 
 #include "worker/random.h"
@@ -45,10 +46,38 @@ Status CheckSpaces(const EnvSpec& spec) {
   return Status::Ok();
 }
 
+// k frames of `frame` along the first axis (a scalar box becomes [k]), bounds repeated per frame.
+Space StackedSpace(const Space& frame, int k) {
+  std::vector<int64_t> shape = frame.shape;
+  if (shape.empty())
+    shape = {k};
+  else
+    shape[0] *= k;
+  std::vector<float> low, high;
+  low.reserve(frame.low.size() * static_cast<std::size_t>(k));
+  high.reserve(frame.high.size() * static_cast<std::size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    low.insert(low.end(), frame.low.begin(), frame.low.end());
+    high.insert(high.end(), frame.high.begin(), frame.high.end());
+  }
+  return Space::Box(std::move(shape), std::move(low), std::move(high));
+}
+
 }  // namespace
+
+Status EnvGroup::Create(const EnvConfig& env, int num_envs, uint64_t seed, std::unique_ptr<EnvGroup>* out) {
+  EnvGroupOptions group_options;
+  group_options.frame_stack = env.frame_stack;
+  return Create(env.name, env.options, num_envs, seed, group_options, out);
+}
 
 Status EnvGroup::Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
                         uint64_t seed, std::unique_ptr<EnvGroup>* out) {
+  return Create(env_name, options, num_envs, seed, EnvGroupOptions{}, out);
+}
+
+Status EnvGroup::Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
+                        uint64_t seed, const EnvGroupOptions& group_options, std::unique_ptr<EnvGroup>* out) {
   const EnvFamily* family = EnvRegistry::Global().Find(env_name);
   if (family == nullptr) {
     const auto names = EnvRegistry::Global().Names();
@@ -58,6 +87,10 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   }
   if (num_envs < 1)
     return Status::InvalidArgument(fmt::format("env {}: num_envs must be >= 1, got {}", env_name, num_envs));
+  const int k = group_options.frame_stack;
+  if (k < 1 || k > kMaxFrameStack)
+    return Status::InvalidArgument(
+        fmt::format("env {}: frame_stack must be a whole number from 1 to {}, got {}", env_name, kMaxFrameStack, k));
 
   EnvOptions resolved;
   if (Status s = ResolveEnvOptions(env_name, family->default_options, options, &resolved); !s.ok()) return s;
@@ -76,6 +109,10 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
     return Status::InvalidArgument(
         fmt::format("env {}: registered under this name but its spec says '{}'", env_name, group->spec_.name));
   if (Status s = CheckSpaces(group->spec_); !s.ok()) return s;
+  // The rows carry the stacked observation; the env keeps writing one frame.
+  group->env_spec_ = group->spec_;
+  group->frame_stack_ = k;
+  if (k > 1) group->spec_.observation = StackedSpace(group->env_spec_.observation, k);
 
   // Row indices travel as int32 (final_obs_index).
   if (static_cast<int64_t>(num_envs) * group->spec_.num_agents > std::numeric_limits<int32_t>::max())
@@ -96,13 +133,15 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
 
   const auto n = static_cast<std::size_t>(num_envs);
   const auto rows = n * static_cast<std::size_t>(group->spec_.num_agents);
-  group->obs_numel_ = group->spec_.observation.numel();
+  group->obs_numel_ = group->env_spec_.observation.numel();
+  group->stacked_numel_ = group->spec_.observation.numel();
   group->action_numel_ = group->spec_.action.numel();
   group->choices_ = group->spec_.action.categories();
   group->state_numel_ = group->spec_.global_state ? group->spec_.global_state->numel() : 0;
-  const auto obs_numel = static_cast<std::size_t>(group->obs_numel_);
+  const auto obs_numel = static_cast<std::size_t>(group->stacked_numel_);  // per row, as sent
   const auto state_numel = static_cast<std::size_t>(group->state_numel_);
-  group->obs_.assign(rows * obs_numel, 0.0f);
+  group->obs_.assign(rows * static_cast<std::size_t>(group->obs_numel_), 0.0f);
+  if (k > 1) group->stacked_.assign(rows * obs_numel, 0.0f);
   group->global_state_.assign(rows * state_numel, 0.0f);
   group->reward_.assign(rows, 0.0f);
   group->terminated_.assign(rows, 0);
@@ -135,8 +174,32 @@ void EnvGroup::WriteState(int e) {
   for (int a = 1; a < spec_.num_agents; ++a) std::copy(first, first + n, first + static_cast<std::size_t>(a) * n);
 }
 
+void EnvGroup::PushFrames(int e) {
+  if (frame_stack_ == 1) return;
+  const auto frame = static_cast<std::size_t>(obs_numel_);
+  const auto stacked = static_cast<std::size_t>(stacked_numel_);
+  for (int r = e * spec_.num_agents; r < (e + 1) * spec_.num_agents; ++r) {
+    float* row = stacked_.data() + static_cast<std::size_t>(r) * stacked;
+    const float* newest = obs_.data() + static_cast<std::size_t>(r) * frame;
+    std::copy(row + frame, row + stacked, row);  // drop the oldest (overlapping, towards the front)
+    std::copy(newest, newest + frame, row + stacked - frame);
+  }
+}
+
+void EnvGroup::FillFrames(int e) {
+  if (frame_stack_ == 1) return;
+  const auto frame = static_cast<std::size_t>(obs_numel_);
+  const auto stacked = static_cast<std::size_t>(stacked_numel_);
+  for (int r = e * spec_.num_agents; r < (e + 1) * spec_.num_agents; ++r) {
+    float* row = stacked_.data() + static_cast<std::size_t>(r) * stacked;
+    const float* first = obs_.data() + static_cast<std::size_t>(r) * frame;
+    for (int i = 0; i < frame_stack_; ++i) std::copy(first, first + frame, row + static_cast<std::size_t>(i) * frame);
+  }
+}
+
 void EnvGroup::ResetEnv(int e) {
   envs_[e]->reset(obs_.data() + static_cast<std::size_t>(e) * spec_.num_agents * obs_numel_);
+  FillFrames(e);
   WriteState(e);
 }
 
@@ -193,6 +256,7 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     }
 
     const StepResult res = envs_[e]->step(action, obs);
+    PushFrames(e);
     WriteState(e);
     const int32_t length = ++episode_length_[e];
     episode_return_[e] += res.reward;
@@ -208,10 +272,12 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     if (terminated || truncated) {
       finished_.push_back(EpisodeStat{static_cast<float>(episode_return_[e]), length});
       // A truncated episode's value is bootstrapped from its last observation
-      // (and state), which the reset below overwrites: keep a copy per row.
+      // (and state), which the reset below overwrites: keep a copy per row
+      // (stacked, so the value is of the observation the policy would see).
       if (truncated) {
         for (int r = first_row; r < first_row + agents; ++r) final_obs_index_.push_back(r);
-        final_obs_.insert(final_obs_.end(), obs, obs + agents * obs_numel_);
+        const float* last = EnvObs(e);
+        final_obs_.insert(final_obs_.end(), last, last + agents * stacked_numel_);
         if (state_numel_ > 0) {
           const float* state = global_state_.data() + static_cast<std::size_t>(first_row) * state_numel_;
           final_global_state_.insert(final_global_state_.end(), state, state + agents * state_numel_);

@@ -1,20 +1,33 @@
 // EnvGroup: a vector of envs of one family stepped together, with auto-reset
-// and Gymnasium's TimeLimit truncation. Results land in contiguous buffers
-// that the worker copies straight into a StepRequest.
+// and Gymnasium's TimeLimit truncation, and optional frame stacking. Results
+// land in contiguous buffers that the worker copies straight into a StepRequest.
 //
 // Threading: one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/status.h"
 #include "worker/env.h"
 
 namespace farm {
+
+// What the group does to the envs' observations before anyone reads them
+// (docs/ENVIRONMENTS.md, "Frame stacking").
+struct EnvGroupOptions {
+  // Observations per row: the last frame_stack env observations, oldest first,
+  // concatenated along the first axis ([D] -> [k*D], [C, H, W] -> [k*C, H, W],
+  // a scalar -> [k]); after a reset every slot holds the reset observation.
+  // 1: the env's observation as it is. 1 to kMaxFrameStack.
+  int frame_stack = 1;
+};
+inline constexpr int kMaxFrameStack = 64;
 
 struct EpisodeStat {
   float episode_return = 0;
@@ -30,13 +43,24 @@ class EnvGroup {
   // Builds `num_envs` envs of `env_name`; env i gets seed (seed, i) mixed.
   // Fails with a clear Status for an unknown env or a bad option.
   static Status Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
+                       uint64_t seed, const EnvGroupOptions& group_options, std::unique_ptr<EnvGroup>* out);
+  // The same with env.name, env.options and env.frame_stack: what workers and
+  // farm-eval call, so that they preprocess alike.
+  static Status Create(const EnvConfig& env, int num_envs, uint64_t seed, std::unique_ptr<EnvGroup>* out);
+  // No preprocessing (frame_stack 1).
+  static Status Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
                        uint64_t seed, std::unique_ptr<EnvGroup>* out);
 
+  // The spec of the rows: the env's, with the stacked observation space.
   const EnvSpec& spec() const { return spec_; }
+  // The env's own spec (one frame per observation).
+  const EnvSpec& env_spec() const { return env_spec_; }
+  int frame_stack() const { return frame_stack_; }
   int size() const { return static_cast<int>(envs_.size()); }  // envs
   int num_agents() const { return spec_.num_agents; }
   int rows() const { return size() * num_agents(); }
-  int64_t obs_numel() const { return obs_numel_; }      // per row
+  int64_t obs_numel() const { return stacked_numel_; }  // per row, stacked: frame_stack() x frame_numel()
+  int64_t frame_numel() const { return obs_numel_; }    // per row, one env observation
   int64_t state_numel() const { return state_numel_; }  // per row; 0 without a global state
 
   // Resets every env; obs() holds the first observations, flags are cleared.
@@ -46,13 +70,15 @@ class EnvGroup {
   // holds their new first observation.
   void Step(const int64_t* discrete_actions, const float* continuous_actions);
 
-  const float* obs() const { return obs_.data(); }  // [rows, obs...]
+  // [rows, obs...] in spec().observation's shape (stacked frames with frame_stack > 1).
+  const float* obs() const { return frame_stack_ > 1 ? stacked_.data() : obs_.data(); }
   // The env's team reward and flags, repeated on each of its rows.
   const float* reward() const { return reward_.data(); }  // [rows]
   const uint8_t* terminated() const { return terminated_.data(); }
   const uint8_t* truncated() const { return truncated_.data(); }
   // Rows of envs truncated (not terminated) by the last Step, ascending (all
-  // agent rows of each such env), and their final observations.
+  // agent rows of each such env), and their final observations (stacked like
+  // obs(): the frames before the reset, the last one newest).
   const std::vector<int32_t>& final_obs_index() const { return final_obs_index_; }
   const std::vector<float>& final_obs() const { return final_obs_; }
   // With a global state only (no data otherwise): [rows, state...], each row
@@ -68,9 +94,24 @@ class EnvGroup {
   void ResetEnv(int e);
   // Env e's state into its first row, copied to its other rows.
   void WriteState(int e);
+  // Frame stacking, no-ops for frame_stack 1: env e's rows of obs_ (just
+  // written by the env) become the newest frame of its stacked rows, or, after
+  // a reset, every frame of them.
+  void PushFrames(int e);
+  void FillFrames(int e);
+  // Env e's first row of obs().
+  const float* EnvObs(int e) const { return obs() + static_cast<std::size_t>(e) * spec_.num_agents * stacked_numel_; }
 
-  EnvSpec spec_;
+  EnvSpec spec_;      // stacked observation
+  EnvSpec env_spec_;  // the env's own
+  int frame_stack_ = 1;
+  // obs_ is what the envs write: [rows, obs_numel_], one frame per row. With
+  // frame_stack > 1 the rows' stacked observations are in stacked_ ([rows,
+  // stacked_numel_], oldest frame first); with 1, stacked_ is empty and obs()
+  // is obs_ itself.
   int64_t obs_numel_ = 0;
+  int64_t stacked_numel_ = 0;
+  std::vector<float> stacked_;
   int64_t action_numel_ = 0;
   std::vector<int64_t> choices_;  // categorical actions: choices per component ({n} or nvec); box: empty
   int64_t state_numel_ = 0;

@@ -43,7 +43,7 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   for (int g = 0; g < config.env.num_groups; ++g) {
     std::unique_ptr<EnvGroup> group;
     const uint64_t seed = MixSeed(config.seed, static_cast<uint64_t>(index) * 1000 + g);
-    if (auto s = EnvGroup::Create(config.env.name, config.env.options, group_size, seed, &group); !s.ok()) return s;
+    if (auto s = EnvGroup::Create(config.env, group_size, seed, &group); !s.ok()) return s;
     w->groups_.push_back(std::move(group));
   }
   if (const auto options = NormalizerOptions::FromConfig(config); options.any()) {

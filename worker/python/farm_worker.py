@@ -27,7 +27,7 @@ Command line:
                    [--groups 2] [--seed S] [--index I] [--proto-dir DIR]
                    [--curve-worker-secret-key-file NAME.key --curve-learner-public-key-file LEARNER.pub]
                    [--normalize-obs] [--normalize-reward] [--obs-clip C] [--reward-clip C]
-                   [--gamma G] [--rollout-length T]
+                   [--gamma G] [--rollout-length T] [--frame-stack K]
 MODULE is an importable module name or a path to a .py file; FACTORY() returns one env.
 The two CURVE options match the learner's transport.curve (docs/OPERATIONS.md,
 "Security: CURVE keys"): this worker's secret key and the learner's public key.
@@ -36,6 +36,9 @@ env.obs_clip, env.reward_clip, ppo.gamma and ppo.rollout_length: the worker then
 observations and scales rewards as farm-worker does (class Normalizer below; pure Python,
 float64 statistics, float32 transforms) and sends its statistics once per rollout. A learner
 whose settings differ refuses the worker at the handshake, naming each key.
+--frame-stack K is the learner's env.frame_stack: each env's observation becomes its last K
+observations, oldest first, along the first axis, as farm-worker stacks them (class FrameStack
+below); the stacked space goes in Hello, and normalisation sees stacked observations.
 """
 
 from __future__ import annotations
@@ -485,6 +488,72 @@ class VectorEnv:
                 close()
 
 
+# --------------------------------------------------------------------------- frame stacking (as worker/env_group.h)
+
+# worker/env_group.h kMaxFrameStack (env.frame_stack's range is 1 to this).
+MAX_FRAME_STACK = 64
+
+
+def stacked_space(frame: Box, k: int) -> Box:
+    """k frames of `frame` along the first axis ([D] -> [k*D], [C, H, W] -> [k*C, H, W]), bounds repeated."""
+    shape = (frame.shape[0] * k,) + tuple(frame.shape[1:])
+    return Box(frame.low * k, frame.high * k, shape)
+
+
+class FrameStack:
+    """A VectorEnv whose observations are each env's last k observations, oldest first, concatenated
+    along the first axis, exactly as farm-worker's EnvGroup stacks them (env.frame_stack;
+    docs/ENVIRONMENTS.md, "Frame stacking"): after a reset (reset() and every auto-reset) all k frames
+    are the reset observation; info["final_obs"] of a truncated env is its stacked last frames, the
+    final observation newest. Everything else (rewards, flags, episodes, actions) is the VectorEnv's.
+    """
+
+    def __init__(self, venv: VectorEnv, k: int):
+        if not 1 <= int(k) <= MAX_FRAME_STACK:
+            raise WorkerError(f"frame_stack must be a whole number from 1 to {MAX_FRAME_STACK}, got {k}")
+        self.venv = venv
+        self.k = int(k)
+        self.frame_numel = venv.obs_numel
+        self.observation_space = stacked_space(venv.observation_space, self.k)
+        self.obs_numel = self.observation_space.numel
+        self.obs = array("f", bytes(4 * venv.num_envs * self.obs_numel))
+
+    def __getattr__(self, name):  # envs, action_space, discrete, num_envs, reward, terminated, ...
+        return getattr(self.venv, name)
+
+    def _fill(self, i: int) -> None:
+        f = self.frame_numel
+        frame = self.venv.obs[i * f:(i + 1) * f]
+        self.obs[i * self.obs_numel:(i + 1) * self.obs_numel] = frame * self.k
+
+    def _push(self, i: int, frame: array, dst: array, at: int) -> None:
+        f, row = self.frame_numel, i * self.obs_numel
+        dst[at:at + self.obs_numel] = self.obs[row + f:row + self.obs_numel] + frame
+
+    def reset(self, seed: Optional[int] = None):
+        _, info = self.venv.reset(seed=seed)
+        for i in range(self.venv.num_envs):
+            self._fill(i)
+        return self.obs, info
+
+    def step(self, actions):
+        _, reward, terminated, truncated, info = self.venv.step(actions)
+        f = self.frame_numel
+        final = info["final_obs"]
+        stacked_final = array("f", bytes(4 * len(info["final_obs_index"]) * self.obs_numel))
+        j = 0  # final_obs_index is ascending
+        for i in range(self.venv.num_envs):
+            if truncated[i]:
+                self._push(i, final[j * f:(j + 1) * f], stacked_final, j * self.obs_numel)
+                j += 1
+            if terminated[i] or truncated[i]:
+                self._fill(i)
+            else:
+                self._push(i, self.venv.obs[i * f:(i + 1) * f], self.obs, i * self.obs_numel)
+        info = dict(info, final_obs=stacked_final)
+        return self.obs, reward, terminated, truncated, info
+
+
 # --------------------------------------------------------------------------- normalisation (as worker/normalizer.h)
 
 # common/running_stats.h kNormalizerEpsilon: added to the variance before its square root.
@@ -819,6 +888,9 @@ class PythonWorker:
     they are sent, and once per rollout and group a request carries this worker's statistics delta, as
     the C++ worker does (docs/ENVIRONMENTS.md, "Observation and reward normalisation"). A learner whose
     settings differ refuses the worker at the handshake.
+
+    frame_stack: the learner's env.frame_stack; each group is a FrameStack over its VectorEnv, so the
+    Hello, the requests and the normaliser carry stacked observations (as farm-worker's).
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], learner_endpoint: str, num_groups: int = 2,
@@ -827,7 +899,8 @@ class PythonWorker:
                  max_message_bytes: int = 64 << 20, proto_dir: Optional[str] = None,
                  curve_worker_secret_key_file: Optional[str] = None,
                  curve_learner_public_key_file: Optional[str] = None,
-                 normalization: Optional[NormalizerOptions] = None, rollout_length: Optional[int] = None):
+                 normalization: Optional[NormalizerOptions] = None, rollout_length: Optional[int] = None,
+                 frame_stack: int = 1):
         self.pb = load_proto(proto_dir)
         self.zmq = _zmq()
         self._curve = None  # (secret, public, learner public), Z85 bytes
@@ -858,7 +931,11 @@ class PythonWorker:
         if not self.identity or self.identity[0] == 0:
             raise WorkerError("worker_id must be non-empty and not start with a zero byte (ZeroMQ reserves those)")
         size = len(env_fns) // num_groups
+        if not 1 <= int(frame_stack) <= MAX_FRAME_STACK:
+            raise WorkerError(f"frame_stack must be a whole number from 1 to {MAX_FRAME_STACK}, got {frame_stack}")
         self.groups = [VectorEnv([fn() for fn in env_fns[g * size:(g + 1) * size]]) for g in range(num_groups)]
+        if frame_stack > 1:
+            self.groups = [FrameStack(g, frame_stack) for g in self.groups]
         first = self.groups[0]
         for g in self.groups[1:]:
             if g.observation_space != first.observation_space or g.action_space != first.action_space:
@@ -1244,6 +1321,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     n.add_argument("--gamma", type=float, default=0.99, help="ppo.gamma, the running return's discount (default 0.99)")
     n.add_argument("--rollout-length", type=int, default=None,
                    help="ppo.rollout_length: a statistics delta every this many requests (needed to normalise)")
+    p.add_argument("--frame-stack", type=int, default=1, metavar="K",
+                   help="env.frame_stack: observations are each env's last K, stacked along the first axis "
+                        "(default 1: off; must match the learner's config)")
     args = p.parse_args(argv)
     prog = f"farm_worker.py {args.index}"
     if args.num_envs < 1 or args.groups < 1 or args.num_envs % args.groups:
@@ -1260,7 +1340,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               index=args.index, env_name=args.env_name, proto_dir=args.proto_dir,
                               curve_worker_secret_key_file=args.curve_worker_secret_key_file,
                               curve_learner_public_key_file=args.curve_learner_public_key_file,
-                              normalization=normalization, rollout_length=args.rollout_length)
+                              normalization=normalization, rollout_length=args.rollout_length,
+                              frame_stack=args.frame_stack)
     except WorkerError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
