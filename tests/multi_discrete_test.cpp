@@ -118,7 +118,7 @@ TEST_CASE("multi-discrete policy: each component samples its own distribution", 
   torch::manual_seed(12);
   const std::vector<int64_t> nvec{2, 3, 4};
   ActorCritic net(Space::Box({5}, {-1}, {1}), Space::MultiDiscrete(nvec), std::vector<int>{16});
-  Sharpen(net, 60.0);
+  Sharpen(net, 400.0);
   torch::NoGradGuard no_grad;
   constexpr int64_t kDraws = 40000;
   const torch::Tensor obs = torch::randn({1, 5}).expand({kDraws, 5}).contiguous();
