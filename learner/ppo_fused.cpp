@@ -105,9 +105,6 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
   if (policy.encoder() != Encoder::kMlp)
     return Status::InvalidArgument(std::string("the fused update has no ") + EncoderName(policy.encoder()) +
                                    " encoder (ppo.encoder is not mlp)");
-  if (policy.action_space().is_multi_discrete())
-    return Status::InvalidArgument("the fused update has no multi-discrete head (the action space is " +
-                                   policy.action_space().ToString() + ")");
   for (const auto& item : policy.named_parameters()) {
     if (!IsCpuFloatContiguous(item.value()))
       return Status::InvalidArgument("the fused update needs contiguous float32 CPU parameters; " + item.key() +
@@ -122,11 +119,11 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
   if (auto s = MlpLayers(critic_module ? *critic_module : nullptr, "critic", &critic); !s.ok()) return s;
   const Space& obs = policy.observation_space();
   const Space& act = policy.action_space();
-  const int64_t head = act.is_discrete() ? act.n : act.numel();
+  const int64_t head = act.head_size();
   if (actor.front()->weight.size(1) != obs.numel() || critic.front()->weight.size(1) != obs.numel() ||
       actor.back()->weight.size(0) != head || critic.back()->weight.size(0) != 1)
     return Status::InvalidArgument("the actor/critic shapes do not match the spaces");
-  const std::size_t expected = 2 * (actor.size() + critic.size()) + (act.is_discrete() ? 0 : 1);
+  const std::size_t expected = 2 * (actor.size() + critic.size()) + (act.is_box() ? 1 : 0);
   if (policy.parameters().size() != expected)
     return Status::InvalidArgument("the policy has parameters besides the actor, the critic and log_std");
   return Status::Ok();
@@ -169,11 +166,12 @@ struct FusedPpoUpdate::NetBuffers {
 struct FusedPpoUpdate::Workspace {
   int64_t rows = 0;
   std::vector<float> x;           // [B, obs_dim]
-  std::vector<int64_t> action;    // discrete
+  std::vector<int64_t> action;    // [B, K] categorical: one choice per component
   std::vector<float> action_box;  // [B, A] box
   std::vector<float> old_logp, old_value, advantage, ret;
-  std::vector<float> logp_all;  // one row's log-softmax (discrete)
-  std::vector<float> probs;     // and its exp (discrete); exp(-log_std) (box)
+  std::vector<float> logp_all;     // one row's log-softmax per component (categorical)
+  std::vector<float> probs;        // and its exp (categorical); exp(-log_std) (box)
+  std::vector<float> seg_entropy;  // one row's entropy per component (categorical)
   NetBuffers actor, critic;
 };
 
@@ -181,9 +179,10 @@ FusedPpoUpdate::FusedPpoUpdate(ActorCritic policy, const PpoConfig& config)
     : policy_(std::move(policy)), config_(config) {
   if (auto s = CheckFusedUpdate(*policy_, Precision::kFp32); !s.ok())
     throw std::invalid_argument("FusedPpoUpdate: " + s.message());
-  discrete_ = policy_->action_space().is_discrete();
+  discrete_ = policy_->action_space().is_categorical();
+  segments_ = policy_->action_space().categories();
   obs_dim_ = policy_->observation_space().numel();
-  head_dim_ = discrete_ ? policy_->action_space().n : policy_->action_space().numel();
+  head_dim_ = policy_->action_space().head_size();
 
   const auto children = policy_->named_children();
   auto build = [&](const char* name) {
@@ -359,7 +358,7 @@ FusedPpoUpdate::Workspace& FusedPpoUpdate::WorkspaceFor(int64_t rows) {
   ws->rows = rows;
   ws->x.resize(rows * obs_dim_);
   if (discrete_) {
-    ws->action.resize(rows);
+    ws->action.resize(rows * static_cast<int64_t>(segments_.size()));
   } else {
     ws->action_box.resize(rows * head_dim_);
   }
@@ -369,6 +368,7 @@ FusedPpoUpdate::Workspace& FusedPpoUpdate::WorkspaceFor(int64_t rows) {
   ws->ret.resize(rows);
   ws->logp_all.resize(head_dim_);
   ws->probs.resize(head_dim_);
+  ws->seg_entropy.resize(segments_.size());
   auto make = [&](const Net& net, NetBuffers* buffers) {
     int64_t grad_t = 0;
     for (const Layer& layer : net.layers) {
@@ -400,7 +400,9 @@ void FusedPpoUpdate::Gather(const PpoBatch& batch, const int64_t* index, Workspa
   }
   if (discrete_) {
     const int64_t* actions = batch.actions.data_ptr<int64_t>();
-    for (int64_t i = 0; i < ws.rows; ++i) ws.action[i] = actions[index[i]];
+    const auto k = static_cast<int64_t>(segments_.size());
+    for (int64_t i = 0; i < ws.rows; ++i)
+      std::copy(actions + index[i] * k, actions + (index[i] + 1) * k, ws.action.data() + i * k);
   } else {
     const float* actions = batch.actions.data_ptr<float>();
     for (int64_t i = 0; i < ws.rows; ++i)
@@ -507,18 +509,30 @@ void FusedPpoUpdate::PolicyLoss(Workspace& ws, double* stats) {
     // Log-prob and entropy of the row.
     float logp, entropy;
     if (discrete_) {
-      float max = z[0];
-      for (int64_t k = 1; k < dim; ++k) max = std::max(max, z[k]);
-      float sum = 0;
-      for (int64_t k = 0; k < dim; ++k) sum += std::exp(z[k] - max);
-      const float log_sum = std::log(sum);
+      // Independent components: the row's log-prob and entropy are sums over its segments of the head.
+      logp = 0;
       entropy = 0;
-      for (int64_t k = 0; k < dim; ++k) {
-        l[k] = z[k] - max - log_sum;
-        prob[k] = std::exp(l[k]);
-        entropy -= prob[k] * l[k];
+      const int64_t* actions = ws.action.data() + i * static_cast<int64_t>(segments_.size());
+      int64_t offset = 0;
+      for (std::size_t s = 0; s < segments_.size(); ++s) {
+        const int64_t n = segments_[s];
+        const float* zs = z + offset;
+        float max = zs[0];
+        for (int64_t k = 1; k < n; ++k) max = std::max(max, zs[k]);
+        float sum = 0;
+        for (int64_t k = 0; k < n; ++k) sum += std::exp(zs[k] - max);
+        const float log_sum = std::log(sum);
+        float h = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          l[offset + k] = zs[k] - max - log_sum;
+          prob[offset + k] = std::exp(l[offset + k]);
+          h -= prob[offset + k] * l[offset + k];
+        }
+        ws.seg_entropy[s] = h;
+        entropy += h;
+        logp += l[offset + actions[s]];
+        offset += n;
       }
-      logp = l[ws.action[i]];
     } else {
       const float* a = ws.action_box.data() + i * dim;
       float sq = 0;
@@ -549,9 +563,16 @@ void FusedPpoUpdate::PolicyLoss(Workspace& ws, double* stats) {
 
     // Gradient with respect to the head's outputs.
     if (discrete_) {
-      const int64_t a = ws.action[i];
-      for (int64_t k = 0; k < dim; ++k)
-        gz[k] = logp_grad * ((k == a ? 1.0f : 0.0f) - prob[k]) + ent_grad * (-prob[k] * (l[k] + entropy));
+      // Per segment: dlogp/dz = onehot(a) - p, dH/dz = -p (l + H_segment).
+      const int64_t* actions = ws.action.data() + i * static_cast<int64_t>(segments_.size());
+      int64_t offset = 0;
+      for (std::size_t s = 0; s < segments_.size(); ++s) {
+        const int64_t a = offset + actions[s];
+        const float h = ws.seg_entropy[s];
+        for (int64_t k = offset; k < offset + segments_[s]; ++k)
+          gz[k] = logp_grad * ((k == a ? 1.0f : 0.0f) - prob[k]) + ent_grad * (-prob[k] * (l[k] + h));
+        offset += segments_[s];
+      }
     } else {
       const float* a = ws.action_box.data() + i * dim;
       for (int64_t d = 0; d < dim; ++d) {
@@ -662,11 +683,13 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
     throw std::invalid_argument("FusedPpoUpdate: observations have " + std::to_string(b.obs.size(1)) +
                                 " values per row, the policy takes " + std::to_string(obs_dim_));
   if (discrete_) {
-    b.actions = input.actions.reshape({batch}).to(torch::kLong).contiguous();
+    const auto k = static_cast<int64_t>(segments_.size());
+    b.actions = input.actions.reshape({batch, k}).to(torch::kLong).contiguous();
     const int64_t* a = b.actions.data_ptr<int64_t>();
-    for (int64_t i = 0; i < batch; ++i)
-      TORCH_CHECK(a[i] >= 0 && a[i] < head_dim_, "FusedPpoUpdate: action ", a[i], " is out of range [0, ", head_dim_,
-                  ")");
+    for (int64_t i = 0; i < batch * k; ++i)
+      TORCH_CHECK(a[i] >= 0 && a[i] < segments_[static_cast<std::size_t>(i % k)], "FusedPpoUpdate: action ", a[i],
+                  " is out of range [0, ", segments_[static_cast<std::size_t>(i % k)], ")",
+                  k > 1 ? " in component " + std::to_string(i % k) : std::string());
   } else {
     b.actions = input.actions.reshape({batch, head_dim_}).to(torch::kFloat32).contiguous();
   }

@@ -43,7 +43,7 @@ namespace farm {
 // action space). The message says what is missing.
 Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision);
 
-// One update's flattened rollout, on the CPU: obs [B, obs...]; actions [B] (discrete) or [B, A] (box); logp,
+// One update's flattened rollout, on the CPU: obs [B, obs...]; actions [B] (discrete), [B, K] (multi-discrete) or [B, A] (box); logp,
 // values, advantages, returns [B]. Run reads them as float32 (int64 discrete actions), contiguous, converting
 // only when they are not.
 struct PpoBatch {
@@ -93,9 +93,10 @@ class FusedPpoUpdate {
 
   ActorCritic policy_;
   PpoConfig config_;
-  bool discrete_;
+  bool discrete_;  // categorical heads: discrete or multi-discrete (a discrete space is one component)
+  std::vector<int64_t> segments_;  // categorical: choices per component ({n} or nvec); their sum is head_dim_
   int64_t obs_dim_;
-  int64_t head_dim_;  // actions (discrete) or action dimensions (box)
+  int64_t head_dim_;  // logits (categorical: sum of segments_) or action dimensions (box)
   std::unique_ptr<Net> actor_;
   std::unique_ptr<Net> critic_;
   torch::Tensor log_std_;      // box only: the parameter itself
