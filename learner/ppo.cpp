@@ -214,6 +214,26 @@ int PpoTrainer::graph_captures() const { return graphed_ ? graphed_->captures() 
 
 PpoTrainer::~PpoTrainer() = default;
 
+PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
+                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
+  // The rows of the units (the units themselves when k is 1); a state per unit, from its first row.
+  const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
+  AutocastGuard autocast(rows.obs.device(), precision);
+  const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx * k) : torch::Tensor();
+  EvalOutput eval = policy.Evaluate(rows.obs.index_select(0, idx), states, rows.actions.index_select(0, idx));
+  eval.logp = eval.logp.to(torch::kFloat32);
+  eval.value = eval.value.to(torch::kFloat32);
+  eval.entropy = eval.entropy.to(torch::kFloat32);
+  return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
+                        rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config);
+}
+
+torch::Tensor LossStats(const PpoLoss& loss) {
+  return torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(), loss.approx_kl,
+                       loss.old_approx_kl, loss.clip_fraction})
+      .to(torch::kFloat64);
+}
+
 torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
@@ -283,6 +303,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   const torch::Tensor b_values = flat(rollout.values).to(torch::kFloat32);
   const torch::Tensor b_advantages = flat(gae.advantages);
   const torch::Tensor b_returns = flat(gae.returns);
+  const PpoRows rows{b_obs, b_states, b_actions, b_logp, b_values, b_advantages, b_returns};
 
   if (fused_) {  // never with states (see the constructor)
     fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
@@ -307,8 +328,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
     if (!graphed_)
       graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
     const int64_t per_minibatch = units / num_minibatches;
-    graphed_->Begin({b_obs, b_states, b_actions, b_logp, b_values, b_advantages, b_returns}, k, per_minibatch,
-                    stats.learning_rate);
+    graphed_->Begin(rows, k, per_minibatch, stats.learning_rate);
     for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
       const torch::Tensor perm = permutation();
       for (int64_t mb = 0; mb < num_minibatches; ++mb)
@@ -326,6 +346,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
   }
 
   torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  const torch::Tensor arange_k = torch::arange(k, torch::TensorOptions().dtype(torch::kLong).device(device));
   double grad_norm_sum = 0;
   // On CUDA the grad norms add up on the device (no sync per minibatch); read once at the end.
   torch::Tensor grad_norm_device = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
@@ -337,25 +358,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
       const int64_t begin = mb * units / num_minibatches;
       const int64_t end = (mb + 1) * units / num_minibatches;
-      const torch::Tensor unit_idx = perm.slice(0, begin, end);
-      // The rows of the units (the units themselves when k is 1); a state per unit, from its first row.
-      const torch::Tensor idx =
-          k == 1 ? unit_idx
-                 : (unit_idx.unsqueeze(1) * k + torch::arange(k, unit_idx.options())).flatten();
-      PpoLoss loss;
-      {
-        // Forward in the training precision; the network outputs are cast to float32 so that the loss (exp of
-        // log-ratios, squares, means) is computed in float32 whatever the precision.
-        AutocastGuard autocast(device, precision_);
-        const torch::Tensor mb_states =
-            b_states.defined() ? b_states.index_select(0, unit_idx * k) : torch::Tensor();
-        EvalOutput eval = policy_->Evaluate(b_obs.index_select(0, idx), mb_states, b_actions.index_select(0, idx));
-        eval.logp = eval.logp.to(torch::kFloat32);
-        eval.value = eval.value.to(torch::kFloat32);
-        eval.entropy = eval.entropy.to(torch::kFloat32);
-        loss = ComputePpoLoss(eval, b_logp.index_select(0, idx), b_values.index_select(0, idx),
-                              b_advantages.index_select(0, idx), b_returns.index_select(0, idx), config_);
-      }
+      const PpoLoss loss = MinibatchLoss(*policy_, rows, perm.slice(0, begin, end), k, arange_k, precision_, config_);
       // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
       optimizer_->zero_grad();
       scaler_.Scale(loss.total).backward();
@@ -374,9 +377,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
       }
       scaler_.Update();
 
-      stat_sums += torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(),
-                                 loss.approx_kl, loss.old_approx_kl, loss.clip_fraction})
-                       .to(torch::kFloat64);
+      stat_sums += LossStats(loss);
       last_approx_kl = loss.approx_kl;
       ++minibatches_run;
     }

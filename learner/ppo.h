@@ -73,6 +73,30 @@ struct PpoLoss {
 PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
                        const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config);
 
+// One update's rollout flattened to rows, on the policy's device: the advantages and returns from GAE, the
+// states per row (undefined without a centralised critic).
+struct PpoRows {
+  torch::Tensor obs;
+  torch::Tensor states;
+  torch::Tensor actions;
+  torch::Tensor logp;
+  torch::Tensor values;
+  torch::Tensor advantages;
+  torch::Tensor returns;
+};
+
+// One minibatch's loss, as both LibTorch-path updates (PpoTrainer's and GraphedPpoStep's) compute it: the
+// minibatch is the units `unit_idx`, each `k` consecutive rows sharing one state (k = 1: rows on their own);
+// `arange_k` is torch::arange(k) on the device. The forward runs in `precision` (AutocastGuard) and its
+// outputs are cast to float32, so that the loss (exp of log-ratios, squares, means) is float32 whatever the
+// precision. No host synchronisation: a CUDA graph can record it.
+PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
+                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config);
+
+// A minibatch's statistics, float64 [6] in the order PpoStats lists them: policy loss, value loss, entropy,
+// approx KL, old approx KL, clip fraction.
+torch::Tensor LossStats(const PpoLoss& loss);
+
 // clip_grad_norm_ without its host synchronisation (LibTorch's returns the norm as a double, which waits
 // for the backward pass): the norm and the clip coefficient stay on the device, so the host can queue the
 // optimizer step and the next minibatch meanwhile. Same arithmetic: total = ||(||g_i||)_i||,

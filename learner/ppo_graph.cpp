@@ -129,24 +129,12 @@ struct GraphedPpoStep::Impl {
   // One minibatch step, from unit_idx to updated parameters and accumulated statistics. No host
   // synchronisation and no shape that depends on data: a CUDA graph can record it.
   void Program() {
-    const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
     PpoLoss loss;
     {
       // A cached weight cast would be a tensor the graph reads but no replay recomputes.
       const bool cache = at::autocast::is_autocast_cache_enabled();
       at::autocast::set_autocast_cache_enabled(false);
-      {
-        AutocastGuard autocast(device, precision);
-        const torch::Tensor mb_states =
-            full.states.defined() ? full.states.index_select(0, unit_idx * k) : torch::Tensor();
-        EvalOutput eval =
-            policy->Evaluate(full.obs.index_select(0, idx), mb_states, full.actions.index_select(0, idx));
-        eval.logp = eval.logp.to(torch::kFloat32);
-        eval.value = eval.value.to(torch::kFloat32);
-        eval.entropy = eval.entropy.to(torch::kFloat32);
-        loss = ComputePpoLoss(eval, full.logp.index_select(0, idx), full.values.index_select(0, idx),
-                              full.advantages.index_select(0, idx), full.returns.index_select(0, idx), config);
-      }
+      loss = MinibatchLoss(*policy, full, unit_idx, k, arange_k, precision, config);
       at::autocast::set_autocast_cache_enabled(cache);
     }
     {
@@ -167,9 +155,7 @@ struct GraphedPpoStep::Impl {
       const torch::Tensor denom = (exp_avg_sq[i].sqrt() / bias2_sqrt).add_(eps);
       params[i].sub_((exp_avg[i] / denom).mul_(step_size));
     }
-    stat_sums.add_(torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(),
-                                 loss.approx_kl, loss.old_approx_kl, loss.clip_fraction})
-                       .to(torch::kFloat64));
+    stat_sums.add_(LossStats(loss));
     last_kl.copy_(loss.approx_kl);
   }
 };

@@ -24,21 +24,14 @@
 #include "common/status.h"
 #include "learner/amp.h"
 #include "learner/policy.h"
+#include "learner/ppo.h"
 
 namespace farm {
 
 class GraphedPpoStep {
  public:
   // One update's batch, flattened to rows and on the policy's device (states: per row, or undefined).
-  struct Batch {
-    torch::Tensor obs;
-    torch::Tensor states;
-    torch::Tensor actions;
-    torch::Tensor logp;
-    torch::Tensor values;
-    torch::Tensor advantages;
-    torch::Tensor returns;
-  };
+  using Batch = PpoRows;
   // Sums over the steps of one update (device tensors).
   struct Sums {
     torch::Tensor stats;      // float64 [6]: policy loss, value loss, entropy, approx KL, old approx KL, clip frac
