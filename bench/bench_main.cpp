@@ -40,9 +40,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-int BenchEnv(const std::string& env, int num_envs, double seconds) {
+int BenchEnv(const std::string& env, int num_envs, int frame_stack, double seconds) {
   std::unique_ptr<farm::EnvGroup> group;
-  if (auto s = farm::EnvGroup::Create(env, {}, num_envs, 1, &group); !s.ok()) {
+  farm::EnvGroupOptions group_options;
+  group_options.frame_stack = frame_stack;  // worker-side preprocessing, part of what a worker pays per step
+  if (auto s = farm::EnvGroup::Create(env, {}, num_envs, 1, group_options, &group); !s.ok()) {
     fmt::print(stderr, "{}\n", s.message());
     return 2;
   }
@@ -71,7 +73,8 @@ int BenchEnv(const std::string& env, int num_envs, double seconds) {
   }
   const double t = Since(t0);
   fmt::print("{}\n", nlohmann::json{{"case", "env"}, {"env", env}, {"num_envs", num_envs},
-                                    {"num_agents", group->num_agents()}, {"seconds", t},
+                                    {"num_agents", group->num_agents()}, {"frame_stack", frame_stack},
+                                    {"obs_numel", group->obs_numel()}, {"seconds", t},
                                     {"steps_per_second", static_cast<double>(steps) / t},
                                     {"agent_steps_per_second", static_cast<double>(steps) * group->num_agents() / t}}
                          .dump());
@@ -392,13 +395,14 @@ int main(int argc, char** argv) {
   double seconds = 2.0;
   app.add_option("--seconds", seconds, "measuring time per case");
   std::string env = "CartPole-v1";
-  int num_envs = 1024, batch = 1024, threads = 1, clients = 2, n = 1024;
+  int num_envs = 1024, batch = 1024, threads = 1, clients = 2, n = 1024, frame_stack = 1;
   std::string device = "cpu", precision = "fp32";
   std::vector<int> hidden{64, 64};
   bool graphs = false;
   auto* env_cmd = app.add_subcommand("env", "env steps/s in-process");
   env_cmd->add_option("--env", env);
   env_cmd->add_option("--num-envs", num_envs);
+  env_cmd->add_option("--frame-stack", frame_stack, "env.frame_stack (1: none)");
   auto* fwd = app.add_subcommand("forward", "plain forward loop rows/s");
   fwd->add_option("--batch", batch);
   fwd->add_option("--threads", threads);
@@ -428,7 +432,7 @@ int main(int argc, char** argv) {
   up->add_option("--envs", num_envs, "envs in the rollout (N)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
-  if (*env_cmd) return BenchEnv(env, num_envs, seconds);
+  if (*env_cmd) return BenchEnv(env, num_envs, frame_stack, seconds);
   if (*fwd) return BenchForward(batch, threads, seconds, device, precision, hidden, graphs);
   if (*serve) return BenchServe(batch, threads, clients, seconds, serve_overrides);
   if (*mm) return BenchMatmul(threads, n, seconds, device, precision);
