@@ -133,14 +133,14 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
 
   const auto n = static_cast<std::size_t>(num_envs);
   const auto rows = n * static_cast<std::size_t>(group->spec_.num_agents);
-  group->obs_numel_ = group->env_spec_.observation.numel();
-  group->stacked_numel_ = group->spec_.observation.numel();
+  group->frame_numel_ = group->env_spec_.observation.numel();
+  group->obs_numel_ = group->spec_.observation.numel();
   group->action_numel_ = group->spec_.action.numel();
   group->choices_ = group->spec_.action.categories();
   group->state_numel_ = group->spec_.global_state ? group->spec_.global_state->numel() : 0;
-  const auto obs_numel = static_cast<std::size_t>(group->stacked_numel_);  // per row, as sent
+  const auto obs_numel = static_cast<std::size_t>(group->obs_numel_);  // per row, as sent
   const auto state_numel = static_cast<std::size_t>(group->state_numel_);
-  group->obs_.assign(rows * static_cast<std::size_t>(group->obs_numel_), 0.0f);
+  group->frames_.assign(rows * static_cast<std::size_t>(group->frame_numel_), 0.0f);
   if (k > 1) group->stacked_.assign(rows * obs_numel, 0.0f);
   group->global_state_.assign(rows * state_numel, 0.0f);
   group->reward_.assign(rows, 0.0f);
@@ -176,11 +176,11 @@ void EnvGroup::WriteState(int e) {
 
 void EnvGroup::PushFrames(int e) {
   if (frame_stack_ == 1) return;
-  const auto frame = static_cast<std::size_t>(obs_numel_);
-  const auto stacked = static_cast<std::size_t>(stacked_numel_);
+  const auto frame = static_cast<std::size_t>(frame_numel_);
+  const auto stacked = static_cast<std::size_t>(obs_numel_);
   for (int r = e * spec_.num_agents; r < (e + 1) * spec_.num_agents; ++r) {
     float* row = stacked_.data() + static_cast<std::size_t>(r) * stacked;
-    const float* newest = obs_.data() + static_cast<std::size_t>(r) * frame;
+    const float* newest = frames_.data() + static_cast<std::size_t>(r) * frame;
     std::copy(row + frame, row + stacked, row);  // drop the oldest (overlapping, towards the front)
     std::copy(newest, newest + frame, row + stacked - frame);
   }
@@ -188,17 +188,17 @@ void EnvGroup::PushFrames(int e) {
 
 void EnvGroup::FillFrames(int e) {
   if (frame_stack_ == 1) return;
-  const auto frame = static_cast<std::size_t>(obs_numel_);
-  const auto stacked = static_cast<std::size_t>(stacked_numel_);
+  const auto frame = static_cast<std::size_t>(frame_numel_);
+  const auto stacked = static_cast<std::size_t>(obs_numel_);
   for (int r = e * spec_.num_agents; r < (e + 1) * spec_.num_agents; ++r) {
     float* row = stacked_.data() + static_cast<std::size_t>(r) * stacked;
-    const float* first = obs_.data() + static_cast<std::size_t>(r) * frame;
+    const float* first = frames_.data() + static_cast<std::size_t>(r) * frame;
     for (int i = 0; i < frame_stack_; ++i) std::copy(first, first + frame, row + static_cast<std::size_t>(i) * frame);
   }
 }
 
 void EnvGroup::ResetEnv(int e) {
-  envs_[e]->reset(obs_.data() + static_cast<std::size_t>(e) * spec_.num_agents * obs_numel_);
+  envs_[e]->reset(frames_.data() + static_cast<std::size_t>(e) * spec_.num_agents * frame_numel_);
   FillFrames(e);
   WriteState(e);
 }
@@ -234,7 +234,7 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
 
   for (int e = 0; e < n; ++e) {
     const int first_row = e * agents;
-    float* obs = obs_.data() + static_cast<std::size_t>(first_row) * obs_numel_;
+    float* obs = frames_.data() + static_cast<std::size_t>(first_row) * frame_numel_;
     ActionRef action;
     if (discrete) {
       action.discrete = discrete_actions + static_cast<std::size_t>(first_row) * k;
@@ -277,7 +277,7 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
       if (truncated) {
         for (int r = first_row; r < first_row + agents; ++r) final_obs_index_.push_back(r);
         const float* last = EnvObs(e);
-        final_obs_.insert(final_obs_.end(), last, last + agents * stacked_numel_);
+        final_obs_.insert(final_obs_.end(), last, last + agents * obs_numel_);
         if (state_numel_ > 0) {
           const float* state = global_state_.data() + static_cast<std::size_t>(first_row) * state_numel_;
           final_global_state_.insert(final_global_state_.end(), state, state + agents * state_numel_);

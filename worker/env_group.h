@@ -59,8 +59,8 @@ class EnvGroup {
   int size() const { return static_cast<int>(envs_.size()); }  // envs
   int num_agents() const { return spec_.num_agents; }
   int rows() const { return size() * num_agents(); }
-  int64_t obs_numel() const { return stacked_numel_; }  // per row, stacked: frame_stack() x frame_numel()
-  int64_t frame_numel() const { return obs_numel_; }    // per row, one env observation
+  int64_t obs_numel() const { return obs_numel_; }  // per row, stacked: frame_stack() x frame_numel()
+  int64_t frame_numel() const { return frame_numel_; }  // per row, one env observation
   int64_t state_numel() const { return state_numel_; }  // per row; 0 without a global state
 
   // Resets every env; obs() holds the first observations, flags are cleared.
@@ -71,7 +71,7 @@ class EnvGroup {
   void Step(const int64_t* discrete_actions, const float* continuous_actions);
 
   // [rows, obs...] in spec().observation's shape (stacked frames with frame_stack > 1).
-  const float* obs() const { return frame_stack_ > 1 ? stacked_.data() : obs_.data(); }
+  const float* obs() const { return frame_stack_ > 1 ? stacked_.data() : frames_.data(); }
   // The env's team reward and flags, repeated on each of its rows.
   const float* reward() const { return reward_.data(); }  // [rows]
   const uint8_t* terminated() const { return terminated_.data(); }
@@ -94,29 +94,29 @@ class EnvGroup {
   void ResetEnv(int e);
   // Env e's state into its first row, copied to its other rows.
   void WriteState(int e);
-  // Frame stacking, no-ops for frame_stack 1: env e's rows of obs_ (just
+  // Frame stacking, no-ops for frame_stack 1: env e's rows of frames_ (just
   // written by the env) become the newest frame of its stacked rows, or, after
   // a reset, every frame of them.
   void PushFrames(int e);
   void FillFrames(int e);
   // Env e's first row of obs().
-  const float* EnvObs(int e) const { return obs() + static_cast<std::size_t>(e) * spec_.num_agents * stacked_numel_; }
+  const float* EnvObs(int e) const { return obs() + static_cast<std::size_t>(e) * spec_.num_agents * obs_numel_; }
 
   EnvSpec spec_;      // stacked observation
   EnvSpec env_spec_;  // the env's own
   int frame_stack_ = 1;
-  // obs_ is what the envs write: [rows, obs_numel_], one frame per row. With
-  // frame_stack > 1 the rows' stacked observations are in stacked_ ([rows,
-  // stacked_numel_], oldest frame first); with 1, stacked_ is empty and obs()
-  // is obs_ itself.
+  // frames_ is what the envs write: [rows, frame_numel_], one frame per row.
+  // With frame_stack > 1 the rows' observations are in stacked_ ([rows,
+  // obs_numel_], oldest frame first); with 1, stacked_ is empty, obs_numel_ is
+  // frame_numel_ and obs() is frames_ itself.
+  int64_t frame_numel_ = 0;
   int64_t obs_numel_ = 0;
-  int64_t stacked_numel_ = 0;
+  std::vector<float> frames_;
   std::vector<float> stacked_;
   int64_t action_numel_ = 0;
   std::vector<int64_t> choices_;  // categorical actions: choices per component ({n} or nvec); box: empty
   int64_t state_numel_ = 0;
   std::vector<std::unique_ptr<Env>> envs_;
-  std::vector<float> obs_;
   std::vector<float> reward_;
   std::vector<uint8_t> terminated_;
   std::vector<uint8_t> truncated_;
