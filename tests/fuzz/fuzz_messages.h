@@ -147,6 +147,8 @@ inline std::vector<std::pair<std::string, wire::Envelope>> SeedMessages() {
     e.mutable_step()->mutable_final_obs()->set_shape(0, int64_t{1} << 40);
     out.emplace_back("step_huge_final_obs", std::move(e));
   }
+  // Appended, so that the indices above stay put: a multi-discrete action space (nvec [2, 3, 4]).
+  hello("hello_multi_discrete", Space::MultiDiscrete({2, 3, 4}));
   return out;
 }
 

@@ -41,7 +41,7 @@ void OnHello(const wire::Hello& h) {
           "accepted Hello has a bad row count");
   std::vector<const Space*> spaces{&hs.observation, &hs.action};
   if (hs.global_state) {
-    Require(!hs.global_state->is_discrete() && hs.global_state->dtype == DType::kFloat32, "global state not a box");
+    Require(hs.global_state->is_box() && hs.global_state->dtype == DType::kFloat32, "global state not a box");
     spaces.push_back(&*hs.global_state);
   }
   // The learner compares this bound with transport.max_message_bytes: it must not overflow.
@@ -50,14 +50,24 @@ void OnHello(const wire::Hello& h) {
   for (const Space* space : spaces) {
     const int64_t numel = space->numel();
     Require(numel > 0 && numel <= kMaxSpaceElements, "accepted space has a bad element count");
-    if (!space->is_discrete()) {
+    if (space->is_box()) {
       Require(static_cast<int64_t>(space->low.size()) == numel && static_cast<int64_t>(space->high.size()) == numel,
               "accepted box has bounds of the wrong size");
       for (int64_t i = 0; i < numel; ++i) g_sink = g_sink + space->low[i] + space->high[i];
+    } else if (space->is_multi_discrete()) {
+      // The policy sizes one head of sum(nvec) logits and checks each component's action against nvec[i].
+      Require(static_cast<int64_t>(space->nvec.size()) == numel && numel <= kMaxSpaceComponents,
+              "accepted multi-discrete space has a bad component count");
+      int64_t logits = 0;
+      for (int64_t c : space->nvec) {
+        Require(c > 0 && c <= kMaxSpaceElements - logits, "accepted multi-discrete space has a bad nvec");
+        logits += c;
+      }
+      Require(space->head_size() == logits, "multi-discrete head size is not sum(nvec)");
     }
     (void)space->ToString();
   }
-  Require(hs.observation.dtype == DType::kFloat32 && !hs.observation.is_discrete(), "observation not a float32 box");
+  Require(hs.observation.dtype == DType::kFloat32 && hs.observation.is_box(), "observation not a float32 box");
   // The bytes of one group's observations: what the learner and its store size buffers by.
   uint64_t bytes = 0;
   Require(!__builtin_mul_overflow(static_cast<uint64_t>(hs.group_size),
