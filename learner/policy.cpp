@@ -76,9 +76,11 @@ torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder
   return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
 }
 
-// One categorical draw per row of `logp_all` ([R, n] log-probabilities): the mode, or a sample; int64 [R].
-torch::Tensor DrawCategorical(const torch::Tensor& logp_all, bool deterministic) {
-  if (deterministic) return logp_all.argmax(-1);
+// One categorical draw per row of `logits` ([R, n], and their log-softmax `logp_all`): the mode (the argmax
+// of the logits themselves, as the exported module takes it: their log-softmax may round near-ties together),
+// or a sample; int64 [R].
+torch::Tensor DrawCategorical(const torch::Tensor& logits, const torch::Tensor& logp_all, bool deterministic) {
+  if (deterministic) return logits.argmax(-1);
   if (logp_all.is_cuda()) {
     // The exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. is a sample of p (torch.multinomial's
     // one-sample path). Written out on CUDA so that it never synchronises with the host and can be
@@ -177,7 +179,7 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
   const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
-    out.action = DrawCategorical(logp_all, deterministic);
+    out.action = DrawCategorical(head, logp_all, deterministic);
     out.logp = logp_all.gather(-1, out.action.unsqueeze(-1)).squeeze(-1);
   } else if (action_.is_multi_discrete()) {
     // One categorical per component; the joint log-prob is their sum. Actions int64 [B, K].
@@ -185,15 +187,16 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
     const auto& nvec = action_.nvec;
     const auto k = static_cast<int64_t>(nvec.size());
     if (UniformCategories(nvec)) {
-      const torch::Tensor logp_all = torch::log_softmax(head.reshape({batch * k, nvec.front()}), -1);
-      const torch::Tensor flat = DrawCategorical(logp_all, deterministic);
+      const torch::Tensor logits = head.reshape({batch * k, nvec.front()});
+      const torch::Tensor logp_all = torch::log_softmax(logits, -1);
+      const torch::Tensor flat = DrawCategorical(logits, logp_all, deterministic);
       out.action = flat.view({batch, k});
       out.logp = logp_all.gather(-1, flat.unsqueeze(-1)).view({batch, k}).sum(-1);
     } else {
       std::vector<torch::Tensor> actions, logps;
       for (const torch::Tensor& part : head.split_with_sizes(nvec, -1)) {
         const torch::Tensor logp_all = torch::log_softmax(part, -1);
-        actions.push_back(DrawCategorical(logp_all, deterministic));
+        actions.push_back(DrawCategorical(part, logp_all, deterministic));
         logps.push_back(logp_all.gather(-1, actions.back().unsqueeze(-1)));
       }
       out.action = torch::stack(actions, -1);

@@ -305,3 +305,36 @@ TEST_CASE("policy_spec.json round-trips a multi-discrete action space and names 
 }
 
 }  // namespace farm
+
+namespace farm {
+
+// Found in review: the mode taken from the log-softmax rounds near-equal logits together (both become
+// -log 2 here) and argmax then picks the lower index, unlike the exported module's argmax of the logits.
+TEST_CASE("Act's mode is the argmax of the logits, as the exported module's, on near-ties too", "[export]") {
+  for (const Space& action : {Space::Discrete(2), Space::MultiDiscrete({2, 2})}) {
+    INFO(action.ToString());
+    ActorCritic policy(Space::Box({3}, {-1.0f}, {1.0f}), action, std::vector<int>{8});
+    {
+      torch::NoGradGuard no_grad;
+      auto params = policy->named_parameters();
+      params["actor.2.weight"].zero_();  // logits = the head's bias for every observation
+      params["actor.2.bias"].copy_(action.is_discrete() ? torch::tensor({0.0f, 1e-8f})
+                                                       : torch::tensor({0.0f, 1e-8f, 1e-8f, 0.0f}));
+    }
+    TempDir tmp;
+    const std::string path = tmp.path + "/policy.pt";
+    REQUIRE(ExportTorchScript(*policy, path).ok());
+    const torch::Tensor obs = torch::randn({4, 3});
+    torch::Tensor mode;
+    {
+      c10::InferenceMode guard;
+      mode = policy->Act(obs, /*deterministic=*/true).action;
+    }
+    const torch::Tensor expected = action.is_discrete() ? torch::ones({4}, torch::kInt64)
+                                                        : torch::tensor({1, 0}, torch::kInt64).repeat({4, 1});
+    CHECK(torch::equal(mode, expected));
+    CHECK(torch::equal(RunExported(path, obs), expected));
+  }
+}
+
+}  // namespace farm

@@ -56,10 +56,10 @@ x = torch.tensor(check["inputs"], dtype=torch.float32).reshape(-1, *check["obs_s
 with torch.no_grad():
     actions = module(x)
 assert actions.shape[0] == x.shape[0], (actions.shape, x.shape)
-if check["action_kind"] == "discrete":
+if check["action_kind"] in ("discrete", "multi_discrete"):  # int64 [B] or [B, K]: exactly Act's modes
     assert actions.dtype == torch.int64, actions.dtype
     assert actions.tolist() == check["actions"], (actions.tolist(), check["actions"])
-    print("discrete actions match exactly:", dict(collections.Counter(actions.tolist())))
+    print(check["action_kind"], "actions match exactly:", dict(collections.Counter(map(str, actions.tolist()))))
 else:
     expected = torch.tensor(check["actions"], dtype=torch.float32)
     assert actions.dtype == torch.float32, actions.dtype

@@ -377,7 +377,7 @@ class VectorEnv:
       "final_obs": their last observations (array('f'), one row each), so the learner can bootstrap,
       "episodes": [(return, length), ...] for every episode that ended in this step,
       "infos": the envs' own info dicts.
-    `observation_space` / `action_space` are the single env's spaces (Box / Discrete).
+    `observation_space` / `action_space` are the single env's spaces (Box / Discrete / MultiDiscrete).
     """
 
     def __init__(self, envs: Sequence[Any]):
