@@ -51,6 +51,22 @@ void SharpenActor(ActorCriticImpl& policy, double factor, double bias_std) {
   params[last_bias].normal_(0.0, bias_std);
 }
 
+// Exports `policy` to DIR/policy.pt, requires that it worked and left no temporary file; returns the path.
+std::string ExportInto(ActorCriticImpl& policy, const TempDir& dir) {
+  const std::string path = dir.path + "/policy.pt";
+  const Status s = ExportTorchScript(policy, path);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  REQUIRE_FALSE(fs::exists(path + ".tmp"));
+  return path;
+}
+
+// Act's deterministic actions (the mode, or the unclipped mean) for `obs`.
+torch::Tensor ActMode(ActorCriticImpl& policy, const torch::Tensor& obs) {
+  c10::InferenceMode guard;
+  return policy.Act(obs, /*deterministic=*/true).action;
+}
+
 torch::Tensor RunExported(const std::string& path, const torch::Tensor& obs) {
   torch::jit::Module module = torch::jit::load(path);
   c10::InferenceMode guard;
@@ -185,18 +201,10 @@ TEST_CASE("TorchScript export of a discrete policy gives Act's deterministic act
   ActorCritic policy(Space::Box({3}, {-1.0f}, {1.0f}), Space::Discrete(4), std::vector<int>{16, 16});
   SharpenActor(*policy, 100.0, 0.1);
   TempDir tmp;
-  const std::string path = tmp.path + "/policy.pt";
-  const Status s = ExportTorchScript(*policy, path);
-  INFO(s.message());
-  REQUIRE(s.ok());
-  REQUIRE_FALSE(fs::exists(path + ".tmp"));
+  const std::string path = ExportInto(*policy, tmp);
 
   const torch::Tensor obs = torch::randn({256, 3});
-  torch::Tensor expected;
-  {
-    c10::InferenceMode guard;
-    expected = policy->Act(obs, /*deterministic=*/true).action;
-  }
+  const torch::Tensor expected = ActMode(*policy, obs);
   const torch::Tensor actual = RunExported(path, obs);
   CHECK(actual.scalar_type() == torch::kInt64);
   REQUIRE(actual.sizes() == expected.sizes());
@@ -212,17 +220,10 @@ TEST_CASE("TorchScript export of a Gaussian policy gives the clamped mean", "[ex
   ActorCritic policy(Space::Box({3}, {-5.0f}, {5.0f}), action, std::vector<int>{16, 16});
   SharpenActor(*policy, 200.0, 1.0);
   TempDir tmp;
-  const std::string path = tmp.path + "/policy.pt";
-  const Status s = ExportTorchScript(*policy, path);
-  INFO(s.message());
-  REQUIRE(s.ok());
+  const std::string path = ExportInto(*policy, tmp);
 
   const torch::Tensor obs = torch::randn({256, 3});
-  torch::Tensor mean;
-  {
-    c10::InferenceMode guard;
-    mean = policy->Act(obs, /*deterministic=*/true).action;
-  }
+  const torch::Tensor mean = ActMode(*policy, obs);
   const torch::Tensor expected = torch::clamp(mean, -1.0, 1.0);
   const torch::Tensor actual = RunExported(path, obs);
   CHECK(actual.scalar_type() == torch::kFloat32);
@@ -246,16 +247,9 @@ TEST_CASE("TorchScript export of a multi-discrete policy gives each component's 
     ActorCritic policy(Space::Box({3}, {-1.0f}, {1.0f}), Space::MultiDiscrete(nvec), std::vector<int>{16, 16});
     SharpenActor(*policy, 100.0, 0.1);
     TempDir tmp;
-    const std::string path = tmp.path + "/policy.pt";
-    const Status s = ExportTorchScript(*policy, path);
-    INFO(s.message());
-    REQUIRE(s.ok());
+    const std::string path = ExportInto(*policy, tmp);
     const torch::Tensor obs = torch::randn({256, 3});
-    torch::Tensor expected;
-    {
-      c10::InferenceMode guard;
-      expected = policy->Act(obs, /*deterministic=*/true).action;
-    }
+    const torch::Tensor expected = ActMode(*policy, obs);
     REQUIRE(expected.sizes() == torch::IntArrayRef({256, static_cast<int64_t>(nvec.size())}));
     const torch::Tensor actual = RunExported(path, obs);
     CHECK(actual.scalar_type() == torch::kInt64);
@@ -322,14 +316,9 @@ TEST_CASE("Act's mode is the argmax of the logits, as the exported module's, on 
                                                        : torch::tensor({0.0f, 1e-8f, 1e-8f, 0.0f}));
     }
     TempDir tmp;
-    const std::string path = tmp.path + "/policy.pt";
-    REQUIRE(ExportTorchScript(*policy, path).ok());
+    const std::string path = ExportInto(*policy, tmp);
     const torch::Tensor obs = torch::randn({4, 3});
-    torch::Tensor mode;
-    {
-      c10::InferenceMode guard;
-      mode = policy->Act(obs, /*deterministic=*/true).action;
-    }
+    const torch::Tensor mode = ActMode(*policy, obs);
     const torch::Tensor expected = action.is_discrete() ? torch::ones({4}, torch::kInt64)
                                                         : torch::tensor({1, 0}, torch::kInt64).repeat({4, 1});
     CHECK(torch::equal(mode, expected));
