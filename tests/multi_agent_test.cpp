@@ -373,17 +373,14 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
   CHECK(hs.observation.shape == std::vector<int64_t>{5, 3, 3});
   REQUIRE(hs.global_state.has_value());
   CHECK(hs.global_state->shape == std::vector<int64_t>{3, 6, 6});
-  wire::Envelope welcome;
-  welcome.mutable_welcome()->set_accepted(true);
-  learner.Send(identity, welcome);
+  learner.Accept(identity);
 
   // Serve both groups "stay" until each has been truncated once (max_steps 3: at seq 3).
   std::vector<uint64_t> next_seq(2, 0);
   int truncated_requests = 0;
   int64_t replies = 0;
   while (truncated_requests < 2) {
-    learner.Receive(&identity, &in);
-    if (in.has_heartbeat()) continue;
+    learner.ReceiveSkippingHeartbeats(&identity, &in);
     REQUIRE(in.has_step());
     const wire::StepRequest& req = in.step();
     const Status valid = CheckStepRequest(req, hs.group_rows, hs.observation.shape, next_seq);

@@ -465,9 +465,7 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
   CHECK(norm.normalize_reward());
   CHECK(norm.obs_clip() == 10);
   CHECK(norm.gamma() == 0.5);
-  wire::Envelope welcome;
-  welcome.mutable_welcome()->set_accepted(true);
-  learner.Send(identity, welcome);
+  learner.Accept(identity);
 
   // The learner's statistics, sent with the reply to the first delta: observations all of mean (1, 98)
   // and variance (4, 16); returns of variance 4.
@@ -481,11 +479,7 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
   int64_t action_sent = 0;
   bool synced = false;
   for (uint64_t seq = 0; seq <= 9; ++seq) {
-    learner.Receive(&identity, &in);
-    if (in.has_heartbeat()) {
-      --seq;
-      continue;
-    }
+    learner.ReceiveSkippingHeartbeats(&identity, &in);
     REQUIRE(in.has_step());
     const auto& req = in.step();
     REQUIRE(req.seq() == seq);

@@ -58,6 +58,20 @@ class StandInLearner {
     router_.send(zmq::buffer(Encode(env)), zmq::send_flags::none);
   }
 
+  // The next message that is not a Heartbeat (a worker waiting for a reply sends them).
+  void ReceiveSkippingHeartbeats(std::string* identity, wire::Envelope* env) {
+    do {
+      Receive(identity, env);
+    } while (env->has_heartbeat());
+  }
+
+  // Answers a Hello with an accepting Welcome (and nothing else).
+  void Accept(const std::string& identity) {
+    wire::Envelope welcome;
+    welcome.mutable_welcome()->set_accepted(true);
+    Send(identity, welcome);
+  }
+
   // Tells the worker to stop, waits for its Run to return and gives Run's status.
   Status StopAndJoin(const std::string& identity) {
     wire::Envelope stop;
