@@ -238,16 +238,17 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     ActionRef action;
     if (discrete) {
       action.discrete = discrete_actions + static_cast<std::size_t>(first_row) * k;
-      // An out-of-range action is a learner/wire bug; envs index with it.
-      for (int64_t i = first_row * k; i < (first_row + agents) * k; ++i) {
-        const int64_t limit = choices[static_cast<std::size_t>(i % k)];
-        if (discrete_actions[i] < 0 || discrete_actions[i] >= limit) {
-          const int64_t r = i / k;
+      // An out-of-range action is a learner/wire bug; envs index with it. Per row, component c in
+      // [0, choices[c]) (no division on this per-step path).
+      const int64_t* a = action.discrete;
+      for (int r = first_row; r < first_row + agents; ++r) {
+        for (int64_t c = 0; c < k; ++c, ++a) {
+          const int64_t limit = choices[static_cast<std::size_t>(c)];
+          if (*a >= 0 && *a < limit) continue;
           const std::string where =
               agents == 1 ? fmt::format("env {}", e) : fmt::format("row {} (env {}, agent {})", r, e, r - first_row);
           throw std::out_of_range(fmt::format("EnvGroup::Step on {}: {} got action {}{}, expected [0, {})", spec_.name,
-                                              where, discrete_actions[i],
-                                              k == 1 ? std::string() : fmt::format(" in component {}", i % k),
+                                              where, *a, k == 1 ? std::string() : fmt::format(" in component {}", c),
                                               limit));
         }
       }
