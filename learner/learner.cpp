@@ -174,7 +174,8 @@ struct Learner::Impl {
   void ReleaseParked();
   void CheckStop();
   void Reply(const std::string& identity, const wire::Envelope& env);
-  void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req);
+  void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
+                  wire::Error::Code code = wire::Error::FATAL);
   void ShowProgress(bool force);
   nlohmann::json Summary() const;
   void UpdateReadyHint();
@@ -545,12 +546,13 @@ void Learner::Impl::Reply(const std::string& identity, const wire::Envelope& env
 }
 
 void Learner::Impl::ReplyError(const std::string& identity, const std::string& message,
-                               const wire::StepRequest* req) {
+                               const wire::StepRequest* req, wire::Error::Code code) {
   ++errors;
   if (const auto d = error_log.Allow("error " + identity); d.log)
     spdlog::warn("{}: {}{}", identity, message, LogRateLimiter::Suffix(d));
   wire::Envelope e;
   e.mutable_error()->set_message(message);
+  e.mutable_error()->set_code(code);
   if (req) {
     e.mutable_error()->set_seq(req->seq());
     e.mutable_error()->set_group(req->group());
@@ -700,6 +702,8 @@ void Learner::Impl::OnHello(Work& w) {
   workers.emplace(w.identity, std::move(ws));
   welcome->set_accepted(true);
   welcome->set_policy_version(static_cast<uint64_t>(version));
+  welcome->set_heartbeat_interval_s(config.transport.heartbeat_interval_s);
+  welcome->set_heartbeat_timeout_s(config.transport.heartbeat_timeout_s);
   if (normalization.any()) FillNormalizer(welcome->mutable_normalizer());  // a rejoin, a resume, a served policy
   Reply(w.identity, reply);
   spdlog::info("worker {} joined: {} envs in {} groups ({} workers, {} agent rows)", w.identity, h.num_envs(),
@@ -940,7 +944,8 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
       case Work::Kind::kHeartbeat: {
         auto it = workers.find(w.identity);
         if (it == workers.end()) {
-          ReplyError(w.identity, "Heartbeat from a worker that never said hello (or was dropped as silent)", nullptr);
+          ReplyError(w.identity, "Heartbeat from a worker that never said hello (or was dropped as silent)", nullptr,
+                     wire::Error::UNKNOWN_WORKER);
           break;
         }
         it->second.last_seen = Clock::now();
@@ -953,7 +958,7 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
         auto it = workers.find(w.identity);
         if (it == workers.end()) {
           ReplyError(w.identity, "StepRequest from a worker that never said hello (or was dropped as silent)",
-                     &w.msg.step());
+                     &w.msg.step(), wire::Error::UNKNOWN_WORKER);
           break;
         }
         it->second.last_seen = Clock::now();

@@ -252,9 +252,9 @@ void WorkerClient::StartGroups() {
 
 // A fresh socket and handshake, with exponential backoff, until
 // worker_give_up_s; then the episodes start over (the learner kept nothing).
-Status WorkerClient::Reconnect() {
+Status WorkerClient::Reconnect(const std::string& why) {
   using Clock = std::chrono::steady_clock;
-  spdlog::warn("{}: the learner at {} stopped answering; reconnecting", identity_, endpoint_);
+  spdlog::warn("{}: the learner at {} {}; reconnecting", identity_, endpoint_, why);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(config_.transport.worker_give_up_s));
   auto backoff = std::chrono::milliseconds(100);
@@ -313,7 +313,7 @@ Status WorkerClient::Loop() {
       // Waiting (e.g. while the learner updates): say we are alive. A learner that does not answer
       // heartbeats is gone (crashed, restarted): reconnect, until worker_give_up_s.
       if (Clock::now() - last_heard > std::chrono::duration<double>(config_.transport.heartbeat_timeout_s)) {
-        if (auto s = Reconnect(); !s.ok()) return s;
+        if (auto s = Reconnect("stopped answering"); !s.ok()) return s;
         last_heard = Clock::now();
         continue;
       }
@@ -332,6 +332,12 @@ Status WorkerClient::Loop() {
       case wire::Envelope::kHeartbeat:
         break;
       case wire::Envelope::kError:
+        if (in.error().code() == wire::Error::UNKNOWN_WORKER) {
+          // Every message this identity still has in flight gets the same answer; the new socket never sees them.
+          if (auto s = Reconnect("does not know this worker (" + in.error().message() + ")"); !s.ok()) return s;
+          last_heard = Clock::now();
+          break;
+        }
         return Status::Protocol("learner reported an error: " + in.error().message());
       default:
         return Status::Protocol(fmt::format("unexpected message type {} from the learner",

@@ -42,6 +42,9 @@ class WorkerClient {
 
   // Handshake, then steps until the learner says Stop (Ok), the learner is
   // silent for transport.worker_give_up_s, a stop is requested, or an error.
+  // A learner silent for transport.heartbeat_timeout_s, or one that answers
+  // Error UNKNOWN_WORKER (it restarted, or dropped this worker as silent), is
+  // connected to again under a new identity; the episodes start over.
   Status Run();
   void RequestStop() { stop_requested_.store(true); }
   const WorkerStats& stats() const { return stats_; }
@@ -53,7 +56,7 @@ class WorkerClient {
   WorkerClient() = default;
   Status Loop();
   Status Handshake(std::chrono::milliseconds timeout);
-  Status Reconnect();
+  Status Reconnect(const std::string& why);
   void StartGroups();
   void SendStep(int group, bool first);
   Status OnAction(const wire::ActionReply& reply);

@@ -48,6 +48,7 @@ import importlib
 import importlib.util
 import itertools
 import json
+import logging
 import math
 import os
 import signal
@@ -844,6 +845,7 @@ class WorkerStats:
         self.stop_reason: Optional[str] = None
         self.episode_returns: List[float] = []  # the latest episodes (last 1000)
         self.round_trip_us: List[float] = []
+        self.reconnects = 0  # handshakes redone after the learner went away or forgot this worker
 
     def round_trip_percentile(self, q: float) -> float:
         if not self.round_trip_us:
@@ -861,6 +863,7 @@ class WorkerStats:
             "sps": self.env_steps / self.seconds if self.seconds > 0 else 0.0,
             "policy_version": self.policy_version,
             "stop_reason": self.stop_reason,
+            "reconnects": self.reconnects,
             "mean_return_100": sum(recent) / len(recent) if recent else None,
             "round_trip_us_p50": self.round_trip_percentile(0.50),
             "round_trip_us_p99": self.round_trip_percentile(0.99),
@@ -871,6 +874,7 @@ class WorkerStats:
 
 
 _instance_counter = itertools.count()
+_log = logging.getLogger("farm_worker")
 
 
 class PythonWorker:
@@ -880,8 +884,11 @@ class PythonWorker:
     num_groups equal groups (double buffering). worker_id: the ZeroMQ routing identity
     (default "worker-HOST-INDEX-PID", as the C++ worker; unique per host and process).
     run() returns WorkerStats when the learner says Stop; it raises ProtocolError on an Error
-    from the learner, LearnerTimeout when the learner is silent for give_up_s, WorkerError
-    when refused.
+    from the learner, LearnerTimeout when the learner stays unreachable for give_up_s, WorkerError
+    when refused. A learner silent for its transport.heartbeat_timeout_s (sent in its Welcome, with
+    the heartbeat interval), or one that answers Error UNKNOWN_WORKER (it restarted, or dropped this
+    worker as silent), is connected to again under a new identity, as farm-worker does; the
+    episodes then start over.
 
     normalization: the learner's env.normalize_obs / env.normalize_reward settings (NormalizerOptions),
     with rollout_length its ppo.rollout_length: observations are normalised and rewards scaled before
@@ -921,15 +928,19 @@ class PythonWorker:
         self.endpoint = learner_endpoint
         self.seed = int(seed)
         self.give_up_s = float(give_up_s)
-        self.heartbeat_s = 1.0  # the learner's default transport.heartbeat_interval_s
+        # The learner's transport.heartbeat_interval_s and heartbeat_timeout_s (defaults until its Welcome says).
+        self.heartbeat_s = 1.0
+        self.heartbeat_timeout_s = 10.0
         self._handshaken = False
         self._last_heartbeat = 0.0
         self.max_message_bytes = int(max_message_bytes)
         if worker_id is None:
             worker_id = f"worker-{socket.gethostname()}-{self.index}-{os.getpid()}"
-        self.identity = worker_id.encode()[:255]
+        self.identity = worker_id.encode()[:240]
         if not self.identity or self.identity[0] == 0:
             raise WorkerError("worker_id must be non-empty and not start with a zero byte (ZeroMQ reserves those)")
+        self._base_identity = self.identity  # then -cN for the Nth reconnection, as farm-worker
+        self._connection = 0
         size = len(env_fns) // num_groups
         if not 1 <= int(frame_stack) <= MAX_FRAME_STACK:
             raise WorkerError(f"frame_stack must be a whole number from 1 to {MAX_FRAME_STACK}, got {frame_stack}")
@@ -1041,17 +1052,20 @@ class PythonWorker:
                     continue
         self.stats.messages += 1
 
-    def _receive(self, silent_what: str):
-        """The next Envelope; raises LearnerTimeout after give_up_s of silence. None on a stop request."""
-        deadline = time.monotonic() + self.give_up_s
+    def _receive(self, silent_what: str, timeout_s: Optional[float] = None):
+        """The next Envelope; raises LearnerTimeout after timeout_s (default give_up_s) of silence. None on a
+        stop request."""
+        timeout_s = self.give_up_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while not self._stop_requested:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise LearnerTimeout(f"{silent_what} (the learner at {self.endpoint}, {self.give_up_s:g} s)")
+                raise LearnerTimeout(f"{silent_what} (the learner at {self.endpoint}, {timeout_s:g} s)")
             # Short slices, so that request_stop() from a signal handler is seen promptly.
             if not self._handshaken:
                 self._check_handshakes()
-            if not self._sock.poll(timeout=int(min(left, 0.5) * 1000) + 1, flags=self.zmq.POLLIN):
+            slice_s = min(left, 0.5, self.heartbeat_s / 2)
+            if not self._sock.poll(timeout=int(slice_s * 1000) + 1, flags=self.zmq.POLLIN):
                 # Waiting: tell the learner we are alive (it drops workers silent for
                 # transport.heartbeat_timeout_s), as the C++ worker does.
                 if self._handshaken and time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
@@ -1077,7 +1091,7 @@ class PythonWorker:
 
     # -- protocol
 
-    def _handshake(self) -> bool:
+    def _handshake(self, timeout_s: Optional[float] = None) -> bool:
         pb = self.pb
         env = pb.Envelope()
         h = env.hello
@@ -1091,7 +1105,7 @@ class PythonWorker:
         if self.normalizer is not None:
             self.normalizer.options.to_wire(h.normalization)
         self._send(env)
-        reply = self._receive("no answer to Hello: is a farm-learner listening there?")
+        reply = self._receive("no answer to Hello: is a farm-learner listening there?", timeout_s)
         if reply is None:
             self.stats.stop_reason = "stop requested"
             return False
@@ -1116,8 +1130,61 @@ class PythonWorker:
                                     "not normalise: it would send raw observations and rewards")
             self.normalizer.apply_global(reply.welcome.normalizer, "Welcome: the learner's NormalizerStats")
         self.stats.policy_version = reply.welcome.policy_version
+        if reply.welcome.heartbeat_interval_s > 0:
+            self.heartbeat_s = reply.welcome.heartbeat_interval_s
+        if reply.welcome.heartbeat_timeout_s > 0:
+            self.heartbeat_timeout_s = reply.welcome.heartbeat_timeout_s
         self._handshaken = True
         return True
+
+    def _start_groups(self, seeded: bool) -> None:
+        """Resets every group (with the worker's seeds the first time) and sends its first request."""
+        for g, group in enumerate(self.groups):
+            self._next_seq[g] = 0
+            self._waiting[g] = False
+            if seeded:
+                base = _mix_seed(self.seed, self.index * 1000 + g)
+                group.reset(seed=[_env_seed(base, i) for i in range(group.num_envs)])
+            else:
+                group.reset()
+            if self.normalizer is not None:
+                self.normalizer.on_reset(g, group)
+            self._send_step(g, True)
+
+    def _reconnect(self, why: str) -> bool:
+        """A fresh socket under a new identity and a new handshake, with exponential backoff, until give_up_s
+        (as farm-worker); then the episodes start over, since the learner kept nothing of them. False when the
+        learner said Stop or a stop was requested meanwhile."""
+        _log.warning("%s: the learner at %s %s; reconnecting", self.identity.decode(errors="replace"),
+                     self.endpoint, why)
+        deadline = time.monotonic() + self.give_up_s
+        backoff = 0.1
+        while not self._stop_requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # A new identity per attempt: a late Welcome for an abandoned attempt must not reach this socket.
+            self._close()
+            self._handshaken = False
+            self._connection += 1
+            self.identity = self._base_identity + f"-c{self._connection}".encode()
+            self._connect()
+            try:
+                if not self._handshake(min(left, max(backoff, 1.0))):
+                    return False
+            except LearnerTimeout:
+                time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
+                backoff = min(backoff * 2, 5.0)
+                continue
+            self.stats.reconnects += 1
+            _log.warning("%s: reconnected to %s", self.identity.decode(errors="replace"), self.endpoint)
+            self._start_groups(seeded=False)
+            return True
+        if self._stop_requested:
+            self.stats.stop_reason = "stop requested"
+            return False
+        raise LearnerTimeout(f"could not reach the learner at {self.endpoint} again within {self.give_up_s:g} s; "
+                             "giving up")
 
     def _send_step(self, g: int, first: bool, info: Optional[dict] = None) -> None:
         pb = self.pb
@@ -1218,14 +1285,15 @@ class PythonWorker:
         try:
             if not self._handshake():
                 return self.stats
-            for g, group in enumerate(self.groups):
-                base = _mix_seed(self.seed, self.index * 1000 + g)
-                group.reset(seed=[_env_seed(base, i) for i in range(group.num_envs)])
-                if self.normalizer is not None:
-                    self.normalizer.on_reset(g, group)
-                self._send_step(g, True)
+            self._start_groups(seeded=True)
             while True:
-                msg = self._receive("the learner was silent")
+                try:
+                    # A learner that answers no heartbeat for heartbeat_timeout_s is gone (crashed, restarted).
+                    msg = self._receive("the learner was silent", self.heartbeat_timeout_s)
+                except LearnerTimeout:
+                    if not self._reconnect("stopped answering"):
+                        return self.stats
+                    continue
                 if msg is None:  # request_stop()
                     self.stats.stop_reason = "stop requested"
                     return self.stats
@@ -1237,6 +1305,10 @@ class PythonWorker:
                 elif kind == "stop":
                     self.stats.stop_reason = msg.stop.reason
                     return self.stats
+                elif kind == "error" and msg.error.code == self.pb.Error.UNKNOWN_WORKER:
+                    # The learner restarted, or dropped this worker as silent: say Hello again.
+                    if not self._reconnect(f"does not know this worker ({msg.error.message})"):
+                        return self.stats
                 elif kind == "error":
                     raise ProtocolError(f"learner reported an error: {msg.error.message}"
                                         f" (group {msg.error.group}, seq {msg.error.seq})")

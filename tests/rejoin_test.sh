@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Workers rejoin a learner that no longer knows them, without exiting:
+#  1. the learner is killed (-9) and restarted with --resume well within
+#     transport.heartbeat_timeout_s, so the workers' sockets reconnect to the new
+#     learner by themselves and their next message comes from an identity it has
+#     never seen. It answers Error UNKNOWN_WORKER; every worker (two farm-worker
+#     processes in one run, two Python workers in another) says Hello again and
+#     the run goes on to its step budget.
+#  2. a farm-worker is frozen (SIGSTOP) for longer than the heartbeat timeout; the
+#     learner drops it as silent. Thawed (SIGCONT), it is answered UNKNOWN_WORKER,
+#     rejoins and ends normally on the learner's Stop.
+# Every worker must exit 0 with at least one reconnection.
+# Usage: rejoin_test.sh BUILD_DIR
+set -euo pipefail
+build_dir="$(cd "$1" && pwd)"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tmp="$(mktemp -d)"
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
+port=$((30000 + ($$ + 7919) % 20000))
+endpoint="tcp://127.0.0.1:$port"
+learner_bin="$build_dir/learner/farm-learner"
+worker_bin="$build_dir/worker/farm-worker"
+export PYTHONDONTWRITEBYTECODE=1
+
+# wait_rows RUN_DIR N: until the run has written N metrics rows (60 s at most).
+wait_rows() {
+  for _ in $(seq 600); do
+    [ -f "$1/metrics.jsonl" ] && [ "$(wc -l < "$1/metrics.jsonl")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  echo "FAIL: $1 did not reach $2 metrics rows"; cat "$tmp"/*.log | tail -40; exit 1
+}
+# wait_run LOG_PREFIX: the learner ($learner) must exit 0, and every worker started since the last call
+# must exit 0 (on the learner's Stop). A worker that fails while the learner still runs fails the test at
+# once: the learner would wait for workers for ever.
+wait_run() {
+  local p rc left=("${workers[@]}") still
+  while [ "${#left[@]}" -gt 0 ]; do
+    still=()
+    for p in "${left[@]}"; do
+      if kill -0 "$p" 2>/dev/null; then still+=("$p"); continue; fi
+      rc=0; wait "$p" || rc=$?
+      [ "$rc" -eq 0 ] || { echo "FAIL: a worker exited with status $rc"; tail -5 "$tmp/$1"-*.log; exit 1; }
+    done
+    left=("${still[@]+"${still[@]}"}")
+    if [ "${#left[@]}" -gt 0 ]; then sleep 0.2; fi
+  done
+  wait "$learner" || { echo "FAIL: the learner failed"; tail -20 "$tmp"/learner-*.log; exit 1; }
+}
+# check RUN_DIR STEPS STATS_FILE...: the run reached its budget; each worker reconnected at least once.
+check() {
+  python3 - "$@" <<'PY'
+import json, os, sys
+run, steps, stats = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+s = json.load(open(os.path.join(run, "summary.json")))
+print("summary:", json.dumps({k: s.get(k) for k in ("env_steps", "updates", "workers", "workers_lost")}))
+assert s["env_steps"] >= steps, s["env_steps"]
+for f in stats:
+    w = json.load(open(f))
+    assert w["reconnects"] >= 1, (f, w)
+    print(os.path.basename(f), "reconnects", w["reconnects"], "env steps", w["env_steps"])
+PY
+}
+
+# --- 1a. learner restart, farm-worker ------------------------------------------------------------
+run="$tmp/run-cpp"
+common=(--set total_env_steps=60000 --set stop_at_target=false --set learner.checkpoint_every=3
+        --set learner.progress_interval_s=100 --set transport.heartbeat_interval_s=0.5
+        --set transport.heartbeat_timeout_s=30 --set transport.worker_give_up_s=60)
+"$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set "transport.bind=$endpoint" \
+  --set "run_dir=$run" > "$tmp/learner-a1.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+workers=()
+for i in 0 1; do
+  "$worker_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --learner "$endpoint" --index "$i" \
+    --stats-file "$tmp/cpp-$i.json" > "$tmp/cpp-$i.log" 2>&1 &
+  workers+=($!)
+  pids+=($!)
+done
+wait_rows "$run" 6
+kill -9 "$learner"
+wait "$learner" 2>/dev/null || true
+"$learner_bin" --resume "$run" > "$tmp/learner-a2.log" 2>&1 &  # at once: far inside the 30 s timeout
+learner=$!
+pids+=("$learner")
+wait_run cpp
+grep -q "does not know this worker" "$tmp/cpp-0.log" "$tmp/cpp-1.log" ||
+  { echo "FAIL: the workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp"/cpp-*.log; exit 1; }
+check "$run" 60000 "$tmp/cpp-0.json" "$tmp/cpp-1.json"
+echo "ok: farm-workers rejoined a restarted learner"
+
+# --- 1b. learner restart, Python worker ----------------------------------------------------------
+py=""
+for cand in ${FARM_PYTHON:-} python3 /usr/bin/python3; do
+  command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import zmq, google.protobuf' 2>/dev/null && { py="$cand"; break; }
+done
+[ -n "$py" ] || { echo "FAIL: needs a python3 with zmq and google.protobuf (apt-get install python3-zmq python3-protobuf)"; exit 1; }
+[ -f "$build_dir/python/farm_pb2.py" ] || { echo "FAIL: $build_dir/python/farm_pb2.py missing (target farm_proto_py)"; exit 1; }
+run="$tmp/run-py"
+# The Python worker takes the heartbeat settings from the learner's Welcome.
+"$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set total_env_steps=30000 \
+  --set "transport.bind=$endpoint" --set "run_dir=$run" > "$tmp/learner-b1.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+workers=()
+for i in 0 1; do
+  FARM_PYTHON_PATH="$build_dir/python" "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+    --env-module "$root/tests/python/cue_env.py:make" --num-envs 8 --groups 2 --seed 3 --index "$i" \
+    --give-up-s 60 --stats-file "$tmp/py-$i.json" > "$tmp/py-$i.log" 2>&1 &
+  workers+=($!)
+  pids+=($!)
+done
+wait_rows "$run" 6
+kill -9 "$learner"
+wait "$learner" 2>/dev/null || true
+"$learner_bin" --resume "$run" > "$tmp/learner-b2.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+wait_run py
+grep -q "does not know this worker" "$tmp/py-0.log" "$tmp/py-1.log" ||
+  { echo "FAIL: the Python workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp"/py-*.log; exit 1; }
+check "$run" 30000 "$tmp/py-0.json" "$tmp/py-1.json"
+echo "ok: Python workers rejoined a restarted learner"
+
+# --- 2. a frozen farm-worker ---------------------------------------------------------------------
+run="$tmp/run-stall"
+stall=(--set total_env_steps=300000 --set stop_at_target=false --set learner.progress_interval_s=100
+       --set transport.heartbeat_interval_s=0.2 --set transport.heartbeat_timeout_s=1.0
+       --set transport.worker_give_up_s=60)
+"$learner_bin" --config "$root/configs/cartpole.yaml" "${stall[@]}" --set "transport.bind=$endpoint" \
+  --set "run_dir=$run" > "$tmp/learner-c.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+workers=()
+for i in 0 1; do
+  "$worker_bin" --config "$root/configs/cartpole.yaml" "${stall[@]}" --learner "$endpoint" --index "$i" \
+    --stats-file "$tmp/stall-$i.json" > "$tmp/stall-$i.log" 2>&1 &
+  workers+=($!)
+  pids+=($!)
+done
+wait_rows "$run" 3
+kill -STOP "${workers[0]}"
+sleep 2.5  # past the 1 s heartbeat timeout: the learner drops it
+kill -CONT "${workers[0]}"
+wait_run stall
+grep -q "dropped worker" "$tmp/learner-c.log" || { echo "FAIL: the learner did not drop the frozen worker"; exit 1; }
+check "$run" 300000 "$tmp/stall-0.json"
+echo "ok: a frozen farm-worker rejoined after the learner dropped it"
