@@ -27,6 +27,19 @@ void Relayout(std::vector<U>& v, int64_t T, int64_t old_n, int64_t new_n, int64_
     std::copy_n(v.begin() + t * old_n * width, old_n * width, out.begin() + t * new_n * width);
   v.swap(out);
 }
+
+// Drops columns [base, base + size) of [T, n, width], keeping the others in order.
+template <class U>
+void DropColumns(std::vector<U>& v, int64_t T, int64_t n, int64_t base, int64_t size, int64_t width) {
+  std::vector<U> out(static_cast<std::size_t>(T * (n - size) * width));
+  auto dst = out.begin();
+  for (int64_t t = 0; t < T; ++t) {
+    const auto row = v.begin() + t * n * width;
+    dst = std::copy(row, row + base * width, dst);
+    dst = std::copy(row + (base + size) * width, row + n * width, dst);
+  }
+  v.swap(out);
+}
 }  // namespace
 
 void TrajectoryStore::Grow(int64_t n) {
@@ -90,9 +103,23 @@ void TrajectoryStore::RemoveGroup(int group) {
   Group& g = groups_[group];
   if (!g.alive) return;
   if (g.steps == T_) --full_groups_;
+  // Free its columns now: workers that come and go (preempted, restarted, rejoining) must not grow the store.
+  const int64_t base = g.base, size = g.size, n = num_envs_;
+  DropColumns(obs_, T_, n, base, size, obs_numel_);
+  if (state_numel_ > 0) DropColumns(state_, T_, n, base, size, state_numel_);
+  if (integer_actions_) {
+    DropColumns(disc_, T_, n, base, size, action_numel_);
+  } else {
+    DropColumns(cont_, T_, n, base, size, action_numel_);
+  }
+  for (auto* v : {&logp_, &value_, &reward_, &done_}) DropColumns(*v, T_, n, base, size, 1);
+  DropColumns(version_, T_, n, base, size, 1);
+  DropColumns(bootstrap_, 1, n, base, size, 1);
+  num_envs_ = n - size;
+  for (Group& other : groups_)
+    if (other.alive && other.base > base) other.base -= size;
+  g = Group{};
   g.alive = false;
-  g.steps = 0;
-  g.pending = false;
   --alive_groups_;
 }
 
@@ -141,20 +168,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   r.rewards = torch::from_blob(reward_.data(), {T_, N}, f32).clone();
   r.dones = torch::from_blob(done_.data(), {T_, N}, f32).clone();
   r.last_value = torch::from_blob(bootstrap_.data(), {N}, f32).clone();
-  torch::Tensor versions = torch::from_blob(version_.data(), {T_, N}, i64);
-
-  if (alive_groups_ < num_groups()) {
-    // Leave out the columns of groups whose worker is gone.
-    std::vector<int64_t> cols;
-    for (const auto& g : groups_)
-      if (g.alive)
-        for (int i = 0; i < g.size; ++i) cols.push_back(g.base + i);
-    const auto index = torch::tensor(cols, i64);
-    for (auto* t : {&r.obs, &r.actions, &r.logp, &r.values, &r.rewards, &r.dones}) *t = t->index_select(1, index);
-    if (r.states.defined()) r.states = r.states.index_select(1, index);
-    r.last_value = r.last_value.index_select(0, index);
-    versions = versions.index_select(1, index);
-  }
+  const torch::Tensor versions = torch::from_blob(version_.data(), {T_, N}, i64);
   if (lag) {
     const auto l = current_version - versions;
     *lag = LagStats{l.min().item<int64_t>(), l.to(torch::kFloat64).mean().item<double>(), l.max().item<int64_t>()};

@@ -33,8 +33,8 @@ class TrajectoryStore {
 
   // Adds a group of `size` envs (existing data is kept); returns its id.
   int AddGroup(int size);
-  int num_groups() const { return static_cast<int>(groups_.size()); }
-  int64_t num_envs() const { return num_envs_; }
+  int num_groups() const { return static_cast<int>(groups_.size()); }  // ids handed out, removed ones included
+  int64_t num_envs() const { return num_envs_; }  // columns of the groups still in the store
   int64_t rollout_length() const { return T_; }
 
   int steps(int group) const { return groups_[group].steps; }
@@ -43,9 +43,9 @@ class TrajectoryStore {
   int full_groups() const { return full_groups_; }
   bool all_full() const { return alive_groups_ > 0 && full_groups_ == alive_groups_; }
 
-  // Drops a group (its worker is gone): its partial trajectories are discarded
-  // and it no longer counts towards a full rollout. Its columns stay allocated
-  // but are left out of every later Take().
+  // Drops a group (its worker is gone): its partial trajectories are discarded,
+  // it no longer counts towards a full rollout, and its columns are freed (the
+  // other groups' columns move up; their data is kept). Its id is not reused.
   void RemoveGroup(int group);
 
   // `actions` is int64 [size] (discrete), int64 [size, K] (multi-discrete) or float [size, action numel]; `states` is float [size, state_numel]
@@ -65,7 +65,7 @@ class TrajectoryStore {
 
  private:
   struct Group {
-    int64_t base = 0;  // first env column
+    int64_t base = 0;  // first env column (moves when a group before it is removed)
     int size = 0;
     int steps = 0;
     bool pending = false;

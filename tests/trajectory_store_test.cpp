@@ -1,10 +1,13 @@
 // TrajectoryStore: groups fill their columns of a time-major rollout.
 #include "learner/trajectory_store.h"
 
+#include <vector>
+
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK
 #include <catch2/catch.hpp>
 
+using farm::LagStats;
 using farm::Space;
 using farm::TrajectoryStore;
 
@@ -91,6 +94,54 @@ TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
   REQUIRE(r.actions.sizes() == torch::IntArrayRef({3, 3, 2}));
   CHECK(r.actions[0][0][1].item<float>() == -0.5f);
   CHECK(r.actions[1][2][0].item<float>() == 3);
+}
+
+TEST_CASE("a removed group's columns are freed and the others keep their data", "[store]") {
+  // T = 2, obs of 2 floats, multi-discrete actions of 2 components: every field has a width > 1 somewhere.
+  TrajectoryStore store(2, 2, Space::MultiDiscrete({3, 4}));
+  const int a = store.AddGroup(1);
+  const int b = store.AddGroup(2);
+  const int c = store.AddGroup(1);
+  REQUIRE(store.num_envs() == 4);
+  const float lp[] = {0, 0}, v[] = {0, 0}, r[] = {1, 1};
+  const uint8_t no[] = {0, 0};
+  // Step 0 for everyone, then b's worker leaves in the middle of the rollout.
+  const float oa0[] = {10, 11}, ob0[] = {20, 21, 22, 23}, oc0[] = {30, 31};
+  const int64_t aa0[] = {1, 2}, ab0[] = {0, 0, 0, 0}, ac0[] = {2, 3};
+  store.RecordStep(a, oa0, aa0, lp, v, 0);
+  store.RecordOutcome(a, r, no, no);
+  store.RecordStep(b, ob0, ab0, lp, v, 0);
+  store.RecordOutcome(b, r, no, no);
+  store.RecordStep(c, oc0, ac0, lp, v, 0);
+  store.RecordOutcome(c, r, no, no);
+  store.RemoveGroup(b);
+  CHECK(store.num_envs() == 2);
+  const float oa1[] = {12, 13}, oc1[] = {32, 33};
+  const int64_t aa1[] = {0, 1}, ac1[] = {1, 0};
+  const float ra[] = {5}, rc[] = {7};
+  const uint8_t yes[] = {1};
+  store.RecordStep(a, oa1, aa1, lp, v, 1);
+  store.RecordOutcome(a, ra, yes, no);
+  store.RecordStep(c, oc1, ac1, lp, v, 1);
+  store.RecordOutcome(c, rc, no, no);
+  const float ba[] = {8}, bc[] = {9};
+  store.SetBootstrap(a, ba);
+  store.SetBootstrap(c, bc);
+  REQUIRE(store.all_full());
+  LagStats lag;
+  const auto roll = store.Take({2}, 1, &lag);
+  REQUIRE(roll.obs.sizes() == torch::IntArrayRef({2, 2, 2}));
+  CHECK(torch::equal(roll.obs, torch::tensor({10.f, 11.f, 30.f, 31.f, 12.f, 13.f, 32.f, 33.f}).view({2, 2, 2})));
+  CHECK(torch::equal(roll.actions, torch::tensor(std::vector<int64_t>{1, 2, 2, 3, 0, 1, 1, 0}).view({2, 2, 2})));
+  CHECK(torch::equal(roll.rewards, torch::tensor({1.f, 1.f, 5.f, 7.f}).view({2, 2})));
+  CHECK(torch::equal(roll.dones, torch::tensor({0.f, 0.f, 1.f, 0.f}).view({2, 2})));
+  CHECK(torch::equal(roll.last_value, torch::tensor({8.f, 9.f})));
+  CHECK(lag.min == 0);
+  CHECK(lag.max == 1);
+  // Workers that come and go (restarts, rejoins under new identities) do not grow the store.
+  for (int i = 0; i < 100; ++i) store.RemoveGroup(store.AddGroup(64));
+  CHECK(store.num_envs() == 2);
+  CHECK(store.num_groups() == 103);
 }
 
 TEST_CASE("a removed group leaves the rollout and no longer blocks it", "[store]") {
