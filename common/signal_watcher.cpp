@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <optional>
 #include <stdexcept>
 
 namespace farm {
@@ -32,11 +33,20 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_signal) : on_signal_(st
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   thread_ = std::thread([this] {
+    using Clock = std::chrono::steady_clock;
+    std::optional<Clock::time_point> first;
     while (true) {
       unsigned char b = 0;
       const ssize_t n = ::read(pipe_[0], &b, 1);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || b == 0) return;  // 0: the destructor's wake-up
+      const auto now = Clock::now();
+      if (first && now - *first >= kForceAfter) {
+        // The graceful stop asked for by the first signal has not ended the process: end it now.
+        std::signal(b, SIG_DFL);
+        std::raise(b);
+      }
+      if (!first) first = now;
       on_signal_(b);
     }
   });

@@ -4,10 +4,16 @@
 // thread reads, so it works whichever thread the kernel delivers the signal
 // to (libraries such as OpenBLAS start threads before main).
 //
+// A signal repeated at least kForceAfter after the first one ends the process
+// as that signal does by default, without the callback: a second Ctrl-C gets
+// out of a shutdown that is stuck. (A repeat sooner is passed on: a launcher's
+// SIGTERM right after the terminal's SIGINT must not cut the final checkpoint.)
+//
 // Threading: one watcher per process; the callback runs on the watcher's own
 // thread, once per signal received.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <thread>
 
@@ -15,6 +21,8 @@ namespace farm {
 
 class SignalWatcher {
  public:
+  static constexpr std::chrono::milliseconds kForceAfter{2000};
+
   explicit SignalWatcher(std::function<void(int signal)> on_signal);
   ~SignalWatcher();  // restores the default handlers, wakes and joins the watcher thread
   SignalWatcher(const SignalWatcher&) = delete;
