@@ -72,6 +72,14 @@ std::string Timestamp() {
   return buf;
 }
 
+// Every parameter finite: a policy that is not must never become a checkpoint.
+bool ParametersFinite(ActorCritic& policy) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : policy->parameters())
+    if (!torch::isfinite(p).all().item<bool>()) return false;
+  return true;
+}
+
 struct TrainResult {
   PpoStats stats;
   double update_seconds = 0;
@@ -174,6 +182,8 @@ struct Learner::Impl {
   void ReleaseParked();
   void CheckStop();
   void Reply(const std::string& identity, const wire::Envelope& env);
+  void RequestStop(const std::string& reason);
+  void FailStart(const std::string& why);
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
                   wire::Error::Code code = wire::Error::FATAL);
   void ShowProgress(bool force);
@@ -210,6 +220,9 @@ struct Learner::Impl {
   std::thread io_thread;
   std::thread trainer_thread;
   std::atomic<bool> stop_requested{false};
+  // Set when Run stops serving: the I/O thread then drops what arrives and no longer counts or reports the
+  // connections that close as workers leave.
+  std::atomic<bool> shutting_down{false};
 
   // ---- inference-thread state ----
   const bool recording = config.learner.train && !config.learner.random_actions;
@@ -235,6 +248,13 @@ struct Learner::Impl {
   bool trainer_busy = false;
   bool stopping = false;
   std::string stop_reason;
+  // The run could not start (policy, trainer or --resume): nothing is checkpointed and no summary written,
+  // so a run directory being resumed stays as it was; Run returns this.
+  Status start_failure;
+  // An update produced a non-finite loss or parameters: no checkpoint is written after it (`latest` stays
+  // on the last good one); Run returns an error.
+  bool update_failed = false;
+  int64_t handoff_env_steps = 0;  // env_steps at the last hand-off: the learning-rate schedule's progress
   int64_t version = 0;  // policy version of `acting`
   int64_t updates = 0;
   int64_t env_steps = 0;  // env steps; a multi-agent env's step is num_agents agent rows (agent steps)
@@ -285,12 +305,14 @@ Learner::~Learner() {
 const std::string& Learner::endpoint() const { return impl_->endpoint; }
 const std::string& Learner::run_dir() const { return impl_->run_dir; }
 
-void Learner::RequestStop(const std::string& reason) {
-  if (impl_->stop_requested.exchange(true)) return;
+void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
+
+void Learner::Impl::RequestStop(const std::string& reason) {
+  if (stop_requested.exchange(true)) return;
   Work w;
   w.kind = Work::Kind::kStop;
   w.reason = reason;
-  (void)impl_->batcher.PushFront(std::move(w));  // Closed only when already shutting down
+  (void)batcher.PushFront(std::move(w));  // Closed only when already shutting down
 }
 
 Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) {
@@ -340,11 +362,28 @@ Status Learner::Impl::Init() {
     if (auto s = FindLatestValidCheckpoint(run_dir + "/checkpoints", &latest, &skipped); !s.ok())
       return Status::NotFound(fmt::format("learner.resume: nothing to resume in run_dir '{}': {}{}", run_dir,
                                           s.message(), skipped.empty() ? "" : " (" + skipped.front() + ")"));
+  } else if (!ListCheckpoints(run_dir + "/checkpoints").empty()) {
+    // A new run would write checkpoints with low update counts next to the old run's, which the keep-newest
+    // pruning would then delete at once.
+    return Status::InvalidArgument(fmt::format(
+        "run_dir '{}' already holds another run's checkpoints: continue it with --resume (learner.resume: true), "
+        "or choose another run_dir",
+        run_dir));
+  }
+  if (!config.learner.init_from.empty()) {
+    // Checked now rather than at the first worker's Hello (where it is matched against the env's spaces).
+    ActorCritic probe{nullptr};
+    FarmConfig saved;
+    std::string path;
+    if (auto s = LoadPolicy(config.learner.init_from, &probe, &saved, nullptr, &path); !s.ok())
+      return Status::InvalidArgument("learner.init_from: " + s.message());
   }
   std::error_code ec;
   std::filesystem::create_directories(run_dir + "/checkpoints", ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
-  if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok()) return s;
+  // Resuming, config.yaml is rewritten once the checkpoint has loaded (OnHello): a failed resume leaves it.
+  if (!config.learner.resume)
+    if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok()) return s;
   if (auto s = metrics.Open(run_dir + "/metrics.jsonl"); !s.ok()) return s;
   if (auto s = TensorBoardWriter::Open(run_dir + "/tb", &tensorboard); !s.ok()) return s;
 
@@ -416,8 +455,12 @@ void Learner::Impl::IoLoop() {
     wire::Envelope e;
     e.mutable_error()->set_message(message);
     e.SerializeToString(&err_scratch);
-    router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-    router.send(zmq::buffer(err_scratch), zmq::send_flags::none);
+    try {
+      router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+      router.send(zmq::buffer(err_scratch), zmq::send_flags::none);
+    } catch (const zmq::error_t& ex) {
+      if (ex.num() != EHOSTUNREACH) throw;  // router_mandatory: the client left before its answer
+    }
   };
   try {
     while (true) {
@@ -437,6 +480,7 @@ void Learner::Impl::IoLoop() {
             const auto it = peers.find(fd);
             const std::string peer = it == peers.end() || it->second.empty() ? "a peer" : it->second;
             if (it != peers.end()) peers.erase(it);
+            if (shutting_down.load()) continue;  // the workers leaving on Stop
             const int64_t n = connections_closed.fetch_add(1) + 1;
             spdlog::info("connection from {} closed ({} so far): the worker left, or sent a message over "
                          "transport.max_message_bytes ({}), which ZeroMQ answers by disconnecting",
@@ -475,7 +519,9 @@ void Learner::Impl::IoLoop() {
                                              static_cast<int>(w.msg.body_case())));
           continue;
         }
-        if (!batcher.Push(std::move(w)).ok()) return;
+        // Closed: the learner is stopping and serves nothing more; its Stop replies and the quit message
+        // still come through reply_pull.
+        (void)batcher.Push(std::move(w));
       }
       if (items[1].revents & ZMQ_POLLIN) {
         frames.clear();
@@ -486,12 +532,15 @@ void Learner::Impl::IoLoop() {
           router.send(frames[1], zmq::send_flags::none);
         } catch (const zmq::error_t& e) {
           if (e.num() != EHOSTUNREACH) throw;
-          spdlog::warn("reply to {} dropped: the worker is gone", frames[0].to_string());
+          if (!shutting_down.load()) spdlog::warn("reply to {} dropped: the worker is gone", frames[0].to_string());
         }
       }
     }
   } catch (const zmq::error_t& e) {
-    if (e.num() != ETERM) spdlog::error("learner I/O thread: {}", e.what());
+    if (e.num() == ETERM) return;  // the context is shutting down (Learner's destructor)
+    // Without this thread nothing is received or answered: stop the run (final checkpoint) rather than hang.
+    spdlog::error("learner I/O thread: {}; stopping", e.what());
+    RequestStop(fmt::format("the learner's I/O thread failed: {}", e.what()));
   }
 }
 
@@ -522,7 +571,13 @@ void Learner::Impl::TrainerLoop() {
     stream.Synchronize();
     result->update_seconds = Seconds(Clock::now() - t0);
     result->version = job.version + 1;
-    if (job.checkpoint) {
+    // A diverged update (the run stops on it) is never saved: `latest` stays on the last good checkpoint.
+    // The parameters are checked only when a checkpoint is due (a device-to-host sync).
+    if (std::isfinite(result->stats.policy_loss) && job.checkpoint && !ParametersFinite(training)) {
+      spdlog::error("PPO update {}: non-finite parameters", job.counters.updates);
+      result->stats.policy_loss = std::nan("");
+    }
+    if (job.checkpoint && std::isfinite(result->stats.policy_loss)) {
       job.counters.policy_version = result->version;
       job.state.rng[kRngTrainer] = GeneratorState(trainer->generator());  // as the next update will find it
       if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters, nullptr,
@@ -543,6 +598,12 @@ void Learner::Impl::Reply(const std::string& identity, const wire::Envelope& env
   env.SerializeToString(&scratch);
   reply_push.send(zmq::buffer(identity), zmq::send_flags::sndmore);
   reply_push.send(zmq::buffer(scratch), zmq::send_flags::none);
+}
+
+void Learner::Impl::FailStart(const std::string& why) {
+  stopping = true;
+  stop_reason = why;
+  if (start_failure.ok()) start_failure = Status::InvalidArgument(why);
 }
 
 void Learner::Impl::ReplyError(const std::string& identity, const std::string& message,
@@ -625,8 +686,7 @@ void Learner::Impl::OnHello(Work& w) {
       training = ActorCritic(obs, act, hidden, options);
     } catch (const std::exception& e) {
       // The config cannot fit this env (e.g. ppo.encoder cnn on a vector observation): every worker would be.
-      stopping = true;
-      stop_reason = fmt::format("cannot build the policy: {}", e.what());
+      FailStart(fmt::format("cannot build the policy: {}", e.what()));
       return refuse(stop_reason);
     }
     obs_space = obs;
@@ -646,32 +706,32 @@ void Learner::Impl::OnHello(Work& w) {
       if (auto s = GraphedActor::Create(acting, device, precision, obs_shape, config.learner.deterministic, &graphed,
                                         state_shape);
           !s.ok()) {
-        stopping = true;
-        stop_reason = s.message();
+        FailStart(s.message());
         return refuse(s.message());
       }
     }
-    if (auto s = WriteFileAtomic(run_dir + "/policy_spec.json", PolicySpecJson(obs, act, hidden, options));
-        !s.ok())
-      spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
     WarmUp();
     try {
       trainer = std::make_unique<PpoTrainer>(training, config.ppo, config.seed, precision);
     } catch (const std::invalid_argument& e) {  // ppo.fused_update on for a policy it cannot train
-      stopping = true;
-      stop_reason = e.what();
+      FailStart(e.what());
       return refuse(stop_reason);
     }
     if (config.learner.resume) {
       if (auto s = Resume(); !s.ok()) {
         spdlog::error("resume: {}", s.message());
-        stopping = true;
-        stop_reason = "resume failed: " + s.message();
+        FailStart("resume failed: " + s.message());
         return refuse("the learner could not resume: " + s.message());
       }
       torch::NoGradGuard no_grad;
       acting->CopyFrom(*training);
+      // Only now that the checkpoint has loaded: the run's config with this session's overrides.
+      if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok())
+        spdlog::error("{}", s.message());
     }
+    if (auto s = WriteFileAtomic(run_dir + "/policy_spec.json", PolicySpecJson(obs, act, hidden, options));
+        !s.ok())
+      spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
     store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(), act,
                                               use_state ? options.global_state->numel() : 0);
     spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder "
@@ -1004,7 +1064,11 @@ void Learner::Impl::MaybeHandOff() {
   job.rollout = store->Take(obs_shape, version, &lag, state_shape);
   job.rollout.rows_per_state = use_state ? num_agents : 1;  // an env's agent rows are contiguous columns
   last_lag = lag;
-  job.progress = std::min(1.0, static_cast<double>(env_steps) / static_cast<double>(config.total_env_steps));
+  // The schedule's progress when this rollout began (CleanRL: frac = 1 - (update - 1) / updates): the first
+  // update runs at the full learning rate and the last one at lr / updates, not at 0.
+  job.progress =
+      std::min(1.0, static_cast<double>(handoff_env_steps) / static_cast<double>(config.total_env_steps));
+  handoff_env_steps = env_steps;
   job.version = version;
   job.checkpoint = config.learner.checkpoint_every > 0 && (updates + 1) % config.learner.checkpoint_every == 0;
   job.counters = TrainingCounters{env_steps, updates + 1, version + 1, window.total_episodes(), Wall()};
@@ -1069,7 +1133,8 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   tensorboard->AddScalars(scalars, env_steps, UnixNow());
   if (!std::isfinite(r.stats.policy_loss)) {
     stopping = true;
-    stop_reason = "the PPO update failed (non-finite loss)";
+    update_failed = true;
+    stop_reason = "the PPO update failed (non-finite loss or parameters)";
   }
   // Requests held for this update (sync), or a full rollout waiting for the trainer (async).
   if (store->all_full()) {
@@ -1114,6 +1179,7 @@ Status Learner::Impl::Resume() {
   if (auto s = LoadCheckpoint(path, training, &trainer->optimizer(), &c, &trainer->scaler(), &state); !s.ok())
     return s;
   env_steps = c.env_steps;
+  handoff_env_steps = c.env_steps;  // the schedule goes on from here
   updates = c.updates;
   version = c.policy_version;
   wall_offset = c.wall_seconds;
@@ -1436,9 +1502,15 @@ Status Learner::Run(nlohmann::json* summary) {
   }
   m.progress.Finish();
   spdlog::info("stopping: {}", m.stop_reason);
+  // Nothing more is served: the I/O thread drops what arrives instead of blocking on a full batcher (which
+  // would keep it from ever seeing the quit message below).
+  m.shutting_down.store(true);
+  m.batcher.Close();
 
-  // Final checkpoint, then tell every worker to stop.
-  if (m.trainer) {
+  // Final checkpoint, unless the run never started or its last update diverged; then tell every worker to stop.
+  if (m.update_failed) {
+    spdlog::error("no final checkpoint: the last update diverged; the newest checkpoint is the last good one");
+  } else if (m.trainer && m.start_failure.ok()) {
     TrainingCounters c{m.env_steps, m.updates, m.version, m.window.total_episodes(), m.Wall()};
     RunState state = m.CaptureRunState();
     state.rng[kRngTrainer] = GeneratorState(m.trainer->generator());  // the trainer is idle: no update in flight
@@ -1455,10 +1527,12 @@ Status Learner::Run(nlohmann::json* summary) {
   for (const auto& [identity, ws] : m.workers) m.Reply(identity, stop);
   m.reply_push.send(zmq::message_t(), zmq::send_flags::none);  // tells the I/O thread to finish
   if (m.io_thread.joinable()) m.io_thread.join();
+  if (!m.start_failure.ok()) return m.start_failure;  // the run directory stays as it was
 
   nlohmann::json s = m.Summary();
   if (auto st = WriteFileAtomic(m.run_dir + "/summary.json", s.dump(2) + "\n"); !st.ok()) return st;
   if (summary) *summary = s;
+  if (m.update_failed) return Status::InvalidArgument(m.stop_reason + " (see metrics.jsonl; lower ppo.lr?)");
   return Status::Ok();
 }
 

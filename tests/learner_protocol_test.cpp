@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <future>
 #include <limits>
 #include <optional>
 #include <random>
@@ -80,6 +83,7 @@ class Client {
     sock_ = MakeDealer(ctx_, id, endpoint, tc);
   }
   void Send(const wire::Envelope& e) { REQUIRE(SendEnvelope(sock_, e, &scratch_)); }
+  bool TrySend(const wire::Envelope& e) { return SendEnvelope(sock_, e, &scratch_); }  // no Catch: any thread
   void SendRaw(const std::string& bytes) { sock_.send(zmq::buffer(bytes), zmq::send_flags::none); }
   wire::Envelope Receive() {
     wire::Envelope e;
@@ -472,6 +476,54 @@ TEST_CASE("duplicated seqs and unknown message types get an Error each and are c
   learner.Stop();
   CHECK(learner.summary()["protocol_errors"].get<int>() == 6);
   CHECK(learner.summary()["env_steps"].get<int>() == 4 * static_cast<int>(good_seq - 1) + 2 * 4);
+}
+
+TEST_CASE("clients that leave before their Error is sent do not stop the learner serving", "[learner][protocol]") {
+  ServedLearner learner;
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  Join(good, obs, act);
+  ServeGood(good, 0);
+  // Each sends a message of two frames (answered with an Error by the I/O thread itself) and is gone at
+  // once; the answer then has no peer to go to (router_mandatory: EHOSTUNREACH).
+  for (int i = 0; i < 30; ++i) {
+    zmq::context_t ctx(1);
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, "gone-" + std::to_string(i));
+    s.set(zmq::sockopt::linger, 1000);  // delivered before the close
+    s.connect(learner.endpoint());
+    s.send(zmq::str_buffer("a"), zmq::send_flags::sndmore);
+    s.send(zmq::str_buffer("b"), zmq::send_flags::none);
+  }
+  for (uint64_t seq = 1; seq <= 5; ++seq) ServeGood(good, seq);
+}
+
+TEST_CASE("the learner stops while clients keep sending into a full queue", "[learner][protocol]") {
+  auto learner = std::make_unique<ServedLearner>([](FarmConfig& c) { c.batcher.queue_capacity = 1; });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client chatty(learner->endpoint(), "chatty");
+  Join(chatty, obs, act);
+  ServeGood(chatty, 0);
+  // Heartbeats as fast as they go, never read: once the learner stops serving, its one-item queue is full.
+  std::atomic<bool> done{false};
+  std::thread flood([&] {
+    wire::Envelope beat;
+    beat.mutable_heartbeat();
+    while (!done.load()) (void)chatty.TrySend(beat);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto stopped = std::async(std::launch::async, [&] { learner->Stop(); });
+  const bool in_time = stopped.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  done.store(true);
+  flood.join();
+  if (!in_time) {
+    // The learner's threads are stuck for good: nothing can be unwound.
+    std::fprintf(stderr, "FAILED: the learner did not stop within 30 s with a full queue\n");
+    std::_Exit(1);
+  }
+  CHECK(in_time);
 }
 
 TEST_CASE("an oversized message costs its sender the connection, not the learner or others",

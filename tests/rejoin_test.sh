@@ -41,12 +41,12 @@ wait_run() {
     for p in "${left[@]}"; do
       if kill -0 "$p" 2>/dev/null; then still+=("$p"); continue; fi
       rc=0; wait "$p" || rc=$?
-      [ "$rc" -eq 0 ] || { echo "FAIL: a worker exited with status $rc"; tail -5 "$tmp/$1"-*.log; exit 1; }
+      [ "$rc" -eq 0 ] || { echo "FAIL: a worker exited with status $rc"; tail -n 8 "$tmp"/*.log; exit 1; }
     done
     left=("${still[@]+"${still[@]}"}")
     if [ "${#left[@]}" -gt 0 ]; then sleep 0.2; fi
   done
-  wait "$learner" || { echo "FAIL: the learner failed"; tail -20 "$tmp"/learner-*.log; exit 1; }
+  wait "$learner" || { echo "FAIL: the learner failed"; tail -n 8 "$tmp"/*.log; exit 1; }
 }
 # check RUN_DIR STEPS STATS_FILE...: the run reached its budget; each worker reconnected at least once.
 check() {
