@@ -2,7 +2,7 @@
 // written out by hand for the ActorCritic MLP so that one gradient step is a dozen small GEMMs and a few
 // loops over preallocated buffers instead of ~200 dispatched ops (dispatcher, autograd, allocator).
 //
-// Per minibatch, exactly as PpoTrainer::Update's LibTorch path (see docs/ARCHITECTURE.md, "PPO update"):
+// Per minibatch, exactly as PpoTrainer::Update's LibTorch path (see docs/PERFORMANCE.md, "The PPO update"):
 //   gather the minibatch rows (the trainer's generator draws the same randperm per epoch),
 //   forward critic and actor (Linear + tanh, through the register-blocked kernels of learner/mlp_kernels.h
 //   on preallocated buffers: no autograd, no allocation, no BLAS),

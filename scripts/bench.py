@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Rollout Farm benchmark suite: runs every case several times, prints a table
 and writes every figure (medians and raw runs) with the machine's description
-as JSON. Called by `scripts/farm bench [--quick] [--out FILE]`.
+as JSON. Called by `scripts/farm bench [--quick] [--out FILE] [--cases LIST]`.
 
-Cases: env-only, transport-only (random actions, no model), inference (served
-rows/s against a plain forward loop), training (PPO end to end with
-configs/cartpole_fast.yaml), sweeps (workers x envs per worker, acting with
-the policy), roofline (FLOPs per env step against the measured matmul peak),
-memory (worker and learner resident sets).
+Cases (--cases, comma-separated; default all):
+  env         env-only: CartPole steps/s per core, in process
+  transport   transport-only: random actions, no model (2 workers x 2048 envs)
+  inference   served rows/s against a plain forward loop
+  training    PPO end to end with configs/cartpole_fast.yaml, seeds 1-3, one
+              worker per core; also the worker and learner resident sets
+  sweeps      workers x envs per worker, acting with the policy
+  roofline    FLOPs per env step against the measured matmul peak
 """
 import argparse
 import json
@@ -20,6 +23,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = ["env", "transport", "inference", "training", "sweeps", "roofline"]
 
 
 def log(msg):
@@ -173,15 +177,19 @@ def machine():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--quick", action="store_true", help="shorter cases, fewer sweep seconds")
     ap.add_argument("--out", default="bench.json", help="JSON output file")
-    ap.add_argument("--cases", default="env,transport,inference,training,sweeps,roofline",
-                    help="comma-separated subset of cases")
+    ap.add_argument("--cases", default=",".join(CASES), metavar="LIST",
+                    help="comma-separated subset of cases (default: %(default)s)")
     args = ap.parse_args()
-    b = Bench(args.build_dir, args.quick)
     cases = args.cases.split(",")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        ap.error(f"--cases: unknown case(s) {', '.join(unknown)}; expected a comma-separated subset of "
+                 f"{','.join(CASES)}")
+    b = Bench(args.build_dir, args.quick)
     result = {"machine": machine(), "quick": args.quick, "repeats": b.repeats}
     workers = os.cpu_count() or 1
     if "env" in cases:

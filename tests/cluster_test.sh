@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # scripts/farm cluster with a stand-in for ssh that runs the remote command
 # on this machine: the learner starts here, each "host" starts its workers,
-# and the run ends with every process gone.
+# and the run ends with every process gone. Overrides with spaces, quotes and
+# shell characters reach every farm-worker as one argument each, unchanged by
+# the remote shell (a stand-in build directory records the workers' arguments).
 # Usage: cluster_test.sh BUILD_DIR
 set -euo pipefail
-build_dir="$1"
+build_dir="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# The real farm-learner; a farm-worker that writes its arguments (NUL-separated) and runs the real one.
+mkdir -p "$tmp/build/learner" "$tmp/build/worker"
+ln -s "$build_dir/learner/farm-learner" "$tmp/build/learner/farm-learner"
+cat > "$tmp/build/worker/farm-worker" <<SH
+#!/usr/bin/env bash
+printf '%s\0' "\$@" > "$tmp/worker-args.\$\$"
+exec "$build_dir/worker/farm-worker" "\$@"
+SH
+chmod +x "$tmp/build/worker/farm-worker"
 cat > "$tmp/fake-ssh" <<'SH'
 #!/usr/bin/env bash
 # fake-ssh [-tt] HOST COMMAND: records the host, runs the command here.
@@ -18,18 +29,27 @@ exec bash -c "$*"
 SH
 chmod +x "$tmp/fake-ssh"
 printf 'alpha 1\n# a comment\nbeta 2\n' > "$tmp/hosts"
-FARM_SSH="$tmp/fake-ssh" FARM_LEARNER_HOST=127.0.0.1 FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 \
+# Split by the remote shell, either override would break the worker's config ("env.options={" is no YAML).
+spaced='env.options={ }'
+odd="name=cluster run 'q' \$HOME;x"
+FARM_SSH="$tmp/fake-ssh" FARM_LEARNER_HOST=127.0.0.1 FARM_BUILD_DIR="$tmp/build" FARM_SKIP_BUILD=1 \
   "$root/scripts/farm" cluster "$tmp/hosts" "$root/configs/cartpole.yaml" --port $((20000 + $$ % 20000)) \
   --set total_env_steps=20000 --set stop_at_target=false --set "run_dir=$tmp/run" \
-  --set learner.progress_interval_s=100
-python3 - "$tmp/run/summary.json" "$tmp/hosts-seen" <<'PY'
-import json, sys
+  --set learner.progress_interval_s=100 --set "$spaced" --set "$odd"
+python3 - "$tmp/run/summary.json" "$tmp/hosts-seen" "$tmp" "$spaced" "$odd" <<'PY'
+import glob, json, os, sys
 s = json.load(open(sys.argv[1]))
 hosts = sorted(open(sys.argv[2]).read().split())
 assert hosts == ["alpha", "beta"], hosts
 assert s["workers"] == 3, s["workers"]  # 1 on alpha + 2 on beta
 assert s["env_steps"] >= 20000
-print("ok: cluster of", hosts, "with", s["workers"], "workers")
+args = [open(f, "rb").read().decode().split("\0")[:-1] for f in glob.glob(os.path.join(sys.argv[3], "worker-args.*"))]
+assert len(args) == 3, args
+for a in args:
+    sets = [a[i + 1] for i in range(len(a) - 1) if a[i] == "--set"]
+    for want in sys.argv[4:]:
+        assert want in sets, (want, a)
+print("ok: cluster of", hosts, "with", s["workers"], "workers; overrides intact:", sys.argv[4:])
 PY
 sleep 1
 if pgrep -f "farm-worker.*$tmp" >/dev/null || pgrep -f "farm-learner.*$tmp" >/dev/null; then

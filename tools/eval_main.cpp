@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--set", overrides,
-                 "override a key of the run's config (e.g. env options: --set env.options.gravity=12); repeatable")
+                 "override a key of the run's config (e.g. a uav_coverage run on a larger map: --set "
+                 "env.options.grid=48); repeatable")
       ->allow_extra_args(false);  // one key=value per --set, so RUN_DIR may follow
   bool sample = false;
   app.add_flag("--sample", sample,

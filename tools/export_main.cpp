@@ -27,9 +27,12 @@ int Fail(const std::string& message, int code = 2) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Rollout Farm export: saves RUN_DIR's latest policy as a TorchScript module. Its forward(obs) takes a tensor "
-      "[B, obs_shape...] and returns the deterministic action: int64 [B] (argmax) for a discrete action space, "
-      "float32 [B, action_shape...] (the Gaussian mean clamped to the bounds) for a box. Load it with "
-      "torch.jit.load(OUT) in Python or torch::jit::load in C++"};
+      "[B, obs_shape...], obs_shape as in RUN_DIR/policy_spec.json: with env.frame_stack > 1 each row is the env's "
+      "last frame_stack observations concatenated along the first axis, oldest first (the caller stacks them, as "
+      "the workers do); observations go in raw (with env.normalize_obs the module normalises them). It returns the "
+      "deterministic action: int64 [B] (argmax) for a discrete action space, int64 [B, K] (the argmax of each "
+      "component) for a multi-discrete one, float32 [B, action_shape...] (the Gaussian mean clamped to the bounds) "
+      "for a box. Load it with torch.jit.load(OUT) in Python or torch::jit::load in C++"};
   std::string run_dir, out_path, check_file;
   int samples = 64;
   uint64_t seed = 0;
