@@ -361,25 +361,29 @@ int64_t SanitizeNonFinite(wire::StepRequest* req) {
   return replaced;
 }
 
-int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action) {
+int64_t MaxSessionMessageBytes(int64_t group_rows, int64_t obs_numel, const Space& action, int64_t state_numel) {
   // Per tensor or message: tags, lengths, dtype, shape, seq, group, version. Generous, never tight.
   constexpr int64_t kHeaders = 1024;
   // Per env: reward (4), terminated and truncated (1 + 1), a final_obs_index varint (<= 10) and one
   // EpisodeStats (tag, length, float, varint: <= 24).
   constexpr int64_t kPerEnv = 40;
-  const int64_t obs_bytes = observation.numel() * static_cast<int64_t>(sizeof(float));
-  const int64_t request = 2 * group_size * obs_bytes + group_size * kPerEnv + kHeaders;
+  const int64_t obs_bytes = obs_numel * static_cast<int64_t>(sizeof(float));
+  const int64_t request = 2 * group_rows * obs_bytes + group_rows * kPerEnv + kHeaders;
   const int64_t action_bytes = action.numel() * (action.is_categorical() ? int64_t{8} : int64_t{4});
-  const int64_t reply = group_size * action_bytes + kHeaders;
-  return std::max(request, reply);
+  const int64_t reply = group_rows * action_bytes + kHeaders;
+  const int64_t base = std::max(request, reply);
+  if (state_numel == 0) return base;
+  // The state and final-state tensors' tags, lengths, dtype and shape, then a state per row and per final row.
+  return base + 2 * group_rows * state_numel * static_cast<int64_t>(sizeof(float)) + kHeaders;
+}
+
+int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action) {
+  return MaxSessionMessageBytes(group_size, observation.numel(), action, 0);
 }
 
 int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
                                const std::optional<Space>& global_state) {
-  const int64_t base = MaxSessionMessageBytes(group_rows, observation, action);
-  if (!global_state) return base;
-  constexpr int64_t kHeaders = 1024;  // the two tensors' tags, lengths, dtype and shape
-  return base + 2 * group_rows * global_state->numel() * static_cast<int64_t>(sizeof(float)) + kHeaders;
+  return MaxSessionMessageBytes(group_rows, observation.numel(), action, global_state ? global_state->numel() : 0);
 }
 
 Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents) {

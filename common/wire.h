@@ -116,5 +116,10 @@ int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, con
 // of request and reply).
 int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
                                const std::optional<Space>& global_state);
+// The same bound from a row's element counts: `obs_numel` floats of
+// observation and `state_numel` of global state (0: none). For a worker that
+// checks its config before it builds anything of that size (a stacked
+// observation space holds bounds for every element).
+int64_t MaxSessionMessageBytes(int64_t group_rows, int64_t obs_numel, const Space& action, int64_t state_numel);
 
 }  // namespace farm
