@@ -211,15 +211,16 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
   int64_t truncated_rows = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (terminated[r] > 1)
-      return Status::Protocol(fmt::format("StepRequest.terminated: row {} holds {}, expected 0 or 1", r,
-                                          int{terminated[r]}));
+      return Status::Protocol(
+          fmt::format("StepRequest.terminated: row {} holds {}, expected 0 or 1", r, int{terminated[r]}));
     if (truncated[r] > 1)
-      return Status::Protocol(fmt::format("StepRequest.truncated: row {} holds {}, expected 0 or 1", r,
-                                          int{truncated[r]}));
+      return Status::Protocol(
+          fmt::format("StepRequest.truncated: row {} holds {}, expected 0 or 1", r, int{truncated[r]}));
     if (terminated[r] && truncated[r])
-      return Status::Protocol(fmt::format("StepRequest row {}: terminated and truncated both set, expected at most "
-                                          "one (a row truncated by the time limit is one that did not terminate)",
-                                          r));
+      return Status::Protocol(
+          fmt::format("StepRequest row {}: terminated and truncated both set, expected at most "
+                      "one (a row truncated by the time limit is one that did not terminate)",
+                      r));
     truncated_rows += truncated[r];
   }
   const int64_t k = req.final_obs_index_size();
@@ -232,17 +233,18 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
   for (int64_t j = 0; j < k; ++j) {
     const int32_t i = req.final_obs_index(static_cast<int>(j));
     if (i < 0 || i >= n)
-      return Status::Protocol(
-          fmt::format("StepRequest.final_obs_index {} out of range [0, {}) at entry {}", i, n, j));
+      return Status::Protocol(fmt::format("StepRequest.final_obs_index {} out of range [0, {}) at entry {}", i, n, j));
     if (j > 0 && i <= req.final_obs_index(static_cast<int>(j - 1)))
-      return Status::Protocol(fmt::format("StepRequest.final_obs_index: entry {} ({}) {} entry {} ({}), expected "
-                                          "strictly ascending rows, each listed once",
-                                          j, i, i == req.final_obs_index(static_cast<int>(j - 1)) ? "repeats" : "is below",
-                                          j - 1, req.final_obs_index(static_cast<int>(j - 1))));
+      return Status::Protocol(
+          fmt::format("StepRequest.final_obs_index: entry {} ({}) {} entry {} ({}), expected "
+                      "strictly ascending rows, each listed once",
+                      j, i, i == req.final_obs_index(static_cast<int>(j - 1)) ? "repeats" : "is below", j - 1,
+                      req.final_obs_index(static_cast<int>(j - 1))));
     if (truncated[i] != 1)
-      return Status::Protocol(fmt::format("StepRequest.final_obs_index: entry {} names row {}, which was not "
-                                          "truncated (truncated[{}] = 0{}), expected only rows with truncated = 1",
-                                          j, i, i, terminated[i] ? ", terminated" : ""));
+      return Status::Protocol(
+          fmt::format("StepRequest.final_obs_index: entry {} names row {}, which was not "
+                      "truncated (truncated[{}] = 0{}), expected only rows with truncated = 1",
+                      j, i, i, terminated[i] ? ", terminated" : ""));
   }
   if (truncated_rows != k) {
     // Every entry names a distinct truncated row, so some truncated row has none: the first such one.
@@ -253,10 +255,11 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
         ++j;
         continue;
       }
-      return Status::Protocol(fmt::format("StepRequest.final_obs_index: row {} was truncated but is not listed "
-                                          "({} truncated rows, {} entries), expected every truncated row with its "
-                                          "final observation",
-                                          r, truncated_rows, k));
+      return Status::Protocol(
+          fmt::format("StepRequest.final_obs_index: row {} was truncated but is not listed "
+                      "({} truncated rows, {} entries), expected every truncated row with its "
+                      "final observation",
+                      r, truncated_rows, k));
     }
   }
   return Status::Ok();

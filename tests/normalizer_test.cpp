@@ -620,8 +620,7 @@ TEST_CASE("WorkerClient: a worker whose message would exceed the limit is refuse
   CHECK(client == nullptr);
 }
 
-TEST_CASE("WorkerClient: an env group the host has no memory for is a Status naming the keys to lower",
-          "[worker]") {
+TEST_CASE("WorkerClient: an env group the host has no memory for is a Status naming the keys to lower", "[worker]") {
   FarmConfig config;
   config.env.name = "OutOfMemory-v0";
   config.env.num_envs = 4;

@@ -31,7 +31,7 @@ inline constexpr int kMaxFrameStack = 64;
 
 // What a group would be, short of building it (EnvGroup::Layout).
 struct EnvGroupLayout {
-  EnvSpec env_spec;                // the env's own, env.options resolved: one frame per observation
+  EnvSpec env_spec;  // the env's own, env.options resolved: one frame per observation
   int frame_stack = 1;
   std::vector<int64_t> obs_shape;  // a row's observation, stacked: the group's spec().observation.shape
   int64_t obs_numel = 0;           // its elements: frame_stack x env_spec.observation.numel()

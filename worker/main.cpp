@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
   // signal, but this process has been reparented by then: leave now, as the signal would have made us.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (const pid_t parent = getppid(); parent != launcher) {
-    fmt::print(stderr, "farm-worker: the launcher (pid {}) exited before this worker started (parent now pid {}); "
-                       "exiting\n",
+    fmt::print(stderr,
+               "farm-worker: the launcher (pid {}) exited before this worker started (parent now pid {}); "
+               "exiting\n",
                launcher, parent);
     return 1;
   }

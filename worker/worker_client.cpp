@@ -73,18 +73,18 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
          2 * layout.state_numel) *
         static_cast<int64_t>(sizeof(float));
     for (int g = 0; g < config.env.num_groups; ++g) {
-      building = fmt::format("env group {} of {} ({} envs of {}, {} rows, {}: about {} MiB of buffers per group "
-                             "besides the envs' own state)",
-                             g + 1, config.env.num_groups, group_size, config.env.name, group_rows, observation,
-                             buffer_bytes >> 20);
+      building = fmt::format(
+          "env group {} of {} ({} envs of {}, {} rows, {}: about {} MiB of buffers per group "
+          "besides the envs' own state)",
+          g + 1, config.env.num_groups, group_size, config.env.name, group_rows, observation, buffer_bytes >> 20);
       std::unique_ptr<EnvGroup> group;
       const uint64_t seed = MixSeed(config.seed, static_cast<uint64_t>(index) * 1000 + g);
       if (auto s = EnvGroup::Create(config.env, group_size, seed, &group); !s.ok()) return s;
       w->groups_.push_back(std::move(group));
     }
     if (normalizer_options.any()) {
-      building = fmt::format("the normaliser's buffers ({} groups of {} rows, {})", config.env.num_groups,
-                             group_rows, observation);
+      building = fmt::format("the normaliser's buffers ({} groups of {} rows, {})", config.env.num_groups, group_rows,
+                             observation);
       w->normalizer_ = std::make_unique<Normalizer>(normalizer_options, layout.obs_numel);
       for (const auto& group : w->groups_) w->normalizer_->AddGroup(group->size(), group->num_agents());
     }
