@@ -204,12 +204,63 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
   if (static_cast<int64_t>(req.terminated().size()) != n || static_cast<int64_t>(req.truncated().size()) != n)
     return Status::Protocol(fmt::format("terminated/truncated: expected {} bytes each, got {}/{}", n,
                                         req.terminated().size(), req.truncated().size()));
+  // Flags are bytes 0 or 1, and a row ends one way: truncated means the time limit ended an episode that did
+  // not terminate (Gymnasium's TimeLimit), so the learner bootstraps it and never a terminal.
+  const auto* terminated = reinterpret_cast<const uint8_t*>(req.terminated().data());
+  const auto* truncated = reinterpret_cast<const uint8_t*>(req.truncated().data());
+  int64_t truncated_rows = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (terminated[r] > 1)
+      return Status::Protocol(
+          fmt::format("StepRequest.terminated: row {} holds {}, expected 0 or 1", r, int{terminated[r]}));
+    if (truncated[r] > 1)
+      return Status::Protocol(
+          fmt::format("StepRequest.truncated: row {} holds {}, expected 0 or 1", r, int{truncated[r]}));
+    if (terminated[r] && truncated[r])
+      return Status::Protocol(
+          fmt::format("StepRequest row {}: terminated and truncated both set, expected at most "
+                      "one (a row truncated by the time limit is one that did not terminate)",
+                      r));
+    truncated_rows += truncated[r];
+  }
   const int64_t k = req.final_obs_index_size();
   if (k > 0) {
     shape[0] = k;
     if (auto s = CheckTensor(req.final_obs(), DType::kFloat32, shape, "StepRequest.final_obs"); !s.ok()) return s;
-    for (int32_t i : req.final_obs_index())
-      if (i < 0 || i >= n) return Status::Protocol(fmt::format("final_obs_index {} out of range [0, {})", i, n));
+  }
+  // final_obs_index is exactly the truncated rows, ascending: each gets gamma * V(final obs) once, and a
+  // truncated row without one would be bootstrapped as if it had terminated.
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t i = req.final_obs_index(static_cast<int>(j));
+    if (i < 0 || i >= n)
+      return Status::Protocol(fmt::format("StepRequest.final_obs_index {} out of range [0, {}) at entry {}", i, n, j));
+    if (j > 0 && i <= req.final_obs_index(static_cast<int>(j - 1)))
+      return Status::Protocol(
+          fmt::format("StepRequest.final_obs_index: entry {} ({}) {} entry {} ({}), expected "
+                      "strictly ascending rows, each listed once",
+                      j, i, i == req.final_obs_index(static_cast<int>(j - 1)) ? "repeats" : "is below", j - 1,
+                      req.final_obs_index(static_cast<int>(j - 1))));
+    if (truncated[i] != 1)
+      return Status::Protocol(
+          fmt::format("StepRequest.final_obs_index: entry {} names row {}, which was not "
+                      "truncated (truncated[{}] = 0{}), expected only rows with truncated = 1",
+                      j, i, i, terminated[i] ? ", terminated" : ""));
+  }
+  if (truncated_rows != k) {
+    // Every entry names a distinct truncated row, so some truncated row has none: the first such one.
+    int64_t j = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      if (!truncated[r]) continue;
+      if (j < k && req.final_obs_index(static_cast<int>(j)) == r) {
+        ++j;
+        continue;
+      }
+      return Status::Protocol(
+          fmt::format("StepRequest.final_obs_index: row {} was truncated but is not listed "
+                      "({} truncated rows, {} entries), expected every truncated row with its "
+                      "final observation",
+                      r, truncated_rows, k));
+    }
   }
   return Status::Ok();
 }
@@ -313,25 +364,29 @@ int64_t SanitizeNonFinite(wire::StepRequest* req) {
   return replaced;
 }
 
-int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action) {
+int64_t MaxSessionMessageBytes(int64_t group_rows, int64_t obs_numel, const Space& action, int64_t state_numel) {
   // Per tensor or message: tags, lengths, dtype, shape, seq, group, version. Generous, never tight.
   constexpr int64_t kHeaders = 1024;
   // Per env: reward (4), terminated and truncated (1 + 1), a final_obs_index varint (<= 10) and one
   // EpisodeStats (tag, length, float, varint: <= 24).
   constexpr int64_t kPerEnv = 40;
-  const int64_t obs_bytes = observation.numel() * static_cast<int64_t>(sizeof(float));
-  const int64_t request = 2 * group_size * obs_bytes + group_size * kPerEnv + kHeaders;
+  const int64_t obs_bytes = obs_numel * static_cast<int64_t>(sizeof(float));
+  const int64_t request = 2 * group_rows * obs_bytes + group_rows * kPerEnv + kHeaders;
   const int64_t action_bytes = action.numel() * (action.is_categorical() ? int64_t{8} : int64_t{4});
-  const int64_t reply = group_size * action_bytes + kHeaders;
-  return std::max(request, reply);
+  const int64_t reply = group_rows * action_bytes + kHeaders;
+  const int64_t base = std::max(request, reply);
+  if (state_numel == 0) return base;
+  // The state and final-state tensors' tags, lengths, dtype and shape, then a state per row and per final row.
+  return base + 2 * group_rows * state_numel * static_cast<int64_t>(sizeof(float)) + kHeaders;
+}
+
+int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action) {
+  return MaxSessionMessageBytes(group_size, observation.numel(), action, 0);
 }
 
 int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
                                const std::optional<Space>& global_state) {
-  const int64_t base = MaxSessionMessageBytes(group_rows, observation, action);
-  if (!global_state) return base;
-  constexpr int64_t kHeaders = 1024;  // the two tensors' tags, lengths, dtype and shape
-  return base + 2 * group_rows * global_state->numel() * static_cast<int64_t>(sizeof(float)) + kHeaders;
+  return MaxSessionMessageBytes(group_rows, observation.numel(), action, global_state ? global_state->numel() : 0);
 }
 
 Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents) {

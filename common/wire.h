@@ -65,10 +65,11 @@ Status CheckHello(const wire::Hello& hello, Handshake* out);
 // per group, observations of `obs_shape`, and next_seq[g] the seq expected
 // next from group g (one entry per group): group in range, seq in order,
 // `first` exactly on seq 0, obs [group_size, obs...]; after the first request
-// also reward [group_size], group_size terminated/truncated bytes, and
-// final_obs [k, obs...] for k final_obs_index entries in [0, group_size) (none
-// on the first request). When it returns Ok every buffer may be read at those
-// sizes.
+// also reward [group_size], group_size terminated/truncated bytes, each 0 or
+// 1 and never both 1 on one row, and final_obs [k, obs...] for k
+// final_obs_index entries that are exactly the truncated rows, strictly
+// ascending (none on the first request). When it returns Ok every buffer may
+// be read at those sizes, and each truncated row has one final observation.
 Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const std::vector<int64_t>& obs_shape,
                         const std::vector<uint64_t>& next_seq);
 
@@ -115,5 +116,10 @@ int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, con
 // of request and reply).
 int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
                                const std::optional<Space>& global_state);
+// The same bound from a row's element counts: `obs_numel` floats of
+// observation and `state_numel` of global state (0: none). For a worker that
+// checks its config before it builds anything of that size (a stacked
+// observation space holds bounds for every element).
+int64_t MaxSessionMessageBytes(int64_t group_rows, int64_t obs_numel, const Space& action, int64_t state_numel);
 
 }  // namespace farm

@@ -5,10 +5,12 @@
 // WorkerClient's requests (scaled rewards, raw episode returns, deltas once per
 // rollout, the learner's statistics taken up) against a stand-in learner.
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -73,6 +75,47 @@ std::unique_ptr<Env> MakeNormTest(const EnvOptions& o, uint64_t) {
 }
 
 FARM_REGISTER_ENV("NormTest-v0", NormTestDefaults(), NormTestSpec, MakeNormTest);
+
+// Test-only envs for WorkerClient::Create's order of work. Wide-v0: 2^20 floats per observation (the spec's
+// bounds take 8 MiB); `made` counts the envs its factory built. A group of 2^18 of them would need 1 TiB of
+// frames. OutOfMemory-v0: a factory that throws std::bad_alloc, as an env too large for the host would.
+class WideEnv : public Env {
+ public:
+  static constexpr int64_t kObs = int64_t{1} << 20;
+  static inline std::atomic<int64_t> made{0};
+  void reset(float* obs) override { std::fill(obs, obs + kObs, 0.0f); }
+  StepResult step(const ActionRef&, float* obs) override {
+    reset(obs);
+    return StepResult{0.0f, true};
+  }
+};
+
+EnvSpec WideSpec(const EnvOptions&) {
+  EnvSpec spec;
+  spec.name = "Wide-v0";
+  spec.observation = Space::Box({WideEnv::kObs}, {-1.0f}, {1.0f});
+  spec.action = Space::Discrete(2);
+  return spec;
+}
+
+std::unique_ptr<Env> MakeWide(const EnvOptions&, uint64_t) {
+  ++WideEnv::made;
+  return std::make_unique<WideEnv>();
+}
+
+FARM_REGISTER_ENV("Wide-v0", EnvOptions{}, WideSpec, MakeWide);
+
+EnvSpec OutOfMemorySpec(const EnvOptions&) {
+  EnvSpec spec;
+  spec.name = "OutOfMemory-v0";
+  spec.observation = Space::Box({2}, {-1.0f}, {1.0f});
+  spec.action = Space::Discrete(2);
+  return spec;
+}
+
+std::unique_ptr<Env> MakeOutOfMemory(const EnvOptions&, uint64_t) { throw std::bad_alloc(); }
+
+FARM_REGISTER_ENV("OutOfMemory-v0", EnvOptions{}, OutOfMemorySpec, MakeOutOfMemory);
 
 // Mean and population variance per element, by the textbook two passes.
 void TwoPass(const std::vector<float>& data, int64_t dim, std::vector<double>* mean, std::vector<double>* var) {
@@ -548,6 +591,48 @@ TEST_CASE("WorkerClient: a worker whose message could exceed the limit with its 
   config.env.normalize_obs = true;
   const Status s = WorkerClient::Create(config, 0, "tcp://127.0.0.1:1", &client);
   CHECK_THAT(s.message(), Catch::Contains("transport.max_message_bytes"));
+  // Stacked frames count: 2 frames of 2 floats take 1096 bytes, 3 take 1112.
+  config.env.normalize_obs = false;
+  config.env.frame_stack = 2;
+  REQUIRE(WorkerClient::Create(config, 0, "tcp://127.0.0.1:1", &client).ok());
+  config.env.frame_stack = 3;
+  const Status stacked = WorkerClient::Create(config, 0, "tcp://127.0.0.1:1", &client);
+  CHECK_THAT(stacked.message(), Catch::Contains("transport.max_message_bytes: 1100 is too small") &&
+                                    Catch::Contains("observation [6], 3 stacked frames"));
+}
+
+TEST_CASE("WorkerClient: a worker whose message would exceed the limit is refused before it builds an env",
+          "[worker]") {
+  // 2^18 envs of 2^20 floats: 1 TiB of frames per group, and 2 TiB per request. Built first, the group would
+  // end the test with std::bad_alloc (or the host's OOM killer); checked first, nothing is built.
+  FarmConfig config;
+  config.env.name = "Wide-v0";
+  config.env.num_envs = 1 << 18;
+  config.env.num_groups = 1;
+  config.env.frame_stack = 4;
+  WideEnv::made = 0;
+  std::unique_ptr<WorkerClient> client;
+  const Status s = WorkerClient::Create(config, 0, "tcp://127.0.0.1:1", &client);
+  CHECK(s.code() == Status::Code::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("transport.max_message_bytes: 67108864 is too small for 262144 envs per "
+                                          "group of Wide-v0 (observation [4194304], 4 stacked frames)"));
+  CHECK(WideEnv::made == 0);
+  CHECK(client == nullptr);
+}
+
+TEST_CASE("WorkerClient: an env group the host has no memory for is a Status naming the keys to lower", "[worker]") {
+  FarmConfig config;
+  config.env.name = "OutOfMemory-v0";
+  config.env.num_envs = 4;
+  config.env.num_groups = 2;
+  std::unique_ptr<WorkerClient> client;
+  Status s;
+  REQUIRE_NOTHROW(s = WorkerClient::Create(config, 0, "tcp://127.0.0.1:1", &client));
+  CHECK(s.code() == Status::Code::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::StartsWith("out of memory building env group 1 of 2 (2 envs of OutOfMemory-v0, 2 "
+                                            "rows, observation [2]") &&
+                              Catch::EndsWith("lower env.num_envs, env.frame_stack or the env's size options "
+                                              "(env.options)"));
 }
 
 }  // namespace farm

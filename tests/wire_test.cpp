@@ -337,6 +337,99 @@ TEST_CASE("CheckStepRequest holds a request to the handshake", "[wire]") {
   refused(bad, "StepRequest.final_obs: expected float32 [2, 3]");
 }
 
+TEST_CASE("CheckStepRequest: flags are 0 or 1, and final_obs_index is exactly the truncated rows, ascending",
+          "[wire]") {
+  // A group of 4 rows: row 0 terminated, rows 1 and 3 truncated, row 2 still running.
+  const std::vector<int64_t> obs_shape{3};
+  const std::vector<uint64_t> next_seq{5};
+  const std::vector<float> obs(12, 0.5f), reward(4, 1.f);
+  wire::StepRequest step;
+  step.set_seq(5);
+  SetTensor(step.mutable_obs(), DType::kFloat32, {4, 3}, obs.data(), 48);
+  SetTensor(step.mutable_reward(), DType::kFloat32, {4}, reward.data(), 16);
+  step.set_terminated(std::string("\1\0\0\0", 4));
+  step.set_truncated(std::string("\0\1\0\1", 4));
+  step.add_final_obs_index(1);
+  step.add_final_obs_index(3);
+  SetTensor(step.mutable_final_obs(), DType::kFloat32, {2, 3}, obs.data(), 24);
+  REQUIRE(CheckStepRequest(step, 4, obs_shape, next_seq).ok());
+
+  auto refused = [&](const wire::StepRequest& req, const char* why) {
+    const Status st = CheckStepRequest(req, 4, obs_shape, next_seq);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == Status::Code::kProtocol);
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  // Sets the final observations to `rows` (one each).
+  auto finals = [&](wire::StepRequest* req, const std::vector<int32_t>& rows) {
+    req->clear_final_obs_index();
+    for (int32_t r : rows) req->add_final_obs_index(r);
+    const auto k = static_cast<int64_t>(rows.size());
+    SetTensor(req->mutable_final_obs(), DType::kFloat32, {k, 3}, obs.data(), static_cast<std::size_t>(k) * 12);
+  };
+  wire::StepRequest bad = step;
+  SECTION("a flag byte other than 0 or 1") {
+    (*bad.mutable_terminated())[2] = 2;
+    refused(bad, "StepRequest.terminated: row 2 holds 2, expected 0 or 1");
+    bad = step;
+    (*bad.mutable_truncated())[1] = '\xff';
+    refused(bad, "StepRequest.truncated: row 1 holds 255, expected 0 or 1");
+  }
+  SECTION("terminated and truncated on one row") {
+    (*bad.mutable_terminated())[3] = 1;
+    refused(bad, "StepRequest row 3: terminated and truncated both set");
+  }
+  SECTION("a row listed twice") {
+    finals(&bad, {1, 1, 3});
+    refused(bad, "StepRequest.final_obs_index: entry 1 (1) repeats entry 0 (1)");
+  }
+  SECTION("rows out of order") {
+    finals(&bad, {3, 1});
+    refused(bad, "StepRequest.final_obs_index: entry 1 (1) is below entry 0 (3), expected strictly ascending");
+  }
+  SECTION("a row that was not truncated") {
+    finals(&bad, {1, 2, 3});
+    refused(bad, "StepRequest.final_obs_index: entry 1 names row 2, which was not truncated (truncated[2] = 0)");
+    finals(&bad, {0, 1, 3});
+    refused(bad, "entry 0 names row 0, which was not truncated (truncated[0] = 0, terminated)");
+  }
+  SECTION("a truncated row left out") {
+    finals(&bad, {1});
+    refused(bad, "StepRequest.final_obs_index: row 3 was truncated but is not listed (2 truncated rows, 1 entries)");
+    bad.clear_final_obs_index();
+    bad.clear_final_obs();
+    refused(bad, "row 1 was truncated but is not listed (2 truncated rows, 0 entries)");
+  }
+  SECTION("an index out of range names its entry") {
+    finals(&bad, {1, 4});
+    refused(bad, "StepRequest.final_obs_index 4 out of range [0, 4) at entry 1");
+  }
+}
+
+TEST_CASE("CheckStepRequest: a multi-agent worker's truncated env lists every one of its agent rows", "[wire]") {
+  // 2 envs x 2 agents: env 1 (rows 2 and 3) truncated, its flags on both rows.
+  const std::vector<int64_t> obs_shape{3};
+  const std::vector<uint64_t> next_seq{1};
+  const std::vector<float> obs(12, 0.5f), reward(4, 1.f);
+  wire::StepRequest step;
+  step.set_seq(1);
+  SetTensor(step.mutable_obs(), DType::kFloat32, {4, 3}, obs.data(), 48);
+  SetTensor(step.mutable_reward(), DType::kFloat32, {4}, reward.data(), 16);
+  step.set_terminated(std::string(4, '\0'));
+  step.set_truncated(std::string("\0\0\1\1", 4));
+  step.add_final_obs_index(2);
+  step.add_final_obs_index(3);
+  SetTensor(step.mutable_final_obs(), DType::kFloat32, {2, 3}, obs.data(), 24);
+  REQUIRE(CheckStepRequest(step, 4, obs_shape, next_seq).ok());
+  // One agent row of the env only: the other would be bootstrapped as terminal.
+  wire::StepRequest bad = step;
+  bad.clear_final_obs_index();
+  bad.add_final_obs_index(2);
+  SetTensor(bad.mutable_final_obs(), DType::kFloat32, {1, 3}, obs.data(), 12);
+  const Status st = CheckStepRequest(bad, 4, obs_shape, next_seq);
+  CHECK_THAT(st.message(), Catch::Contains("row 3 was truncated but is not listed"));
+}
+
 TEST_CASE("non-finite values are found at their first index and replaced by 0, message size bound", "[wire]") {
   // A group of 3 envs with 700-float observations: the obs tensor spans more than one 1024-float scan chunk.
   const int64_t n = 3, dim = 700;

@@ -46,13 +46,18 @@ Status CheckSpaces(const EnvSpec& spec) {
   return Status::Ok();
 }
 
-// k frames of `frame` along the first axis (a scalar box becomes [k]), bounds repeated per frame.
-Space StackedSpace(const Space& frame, int k) {
-  std::vector<int64_t> shape = frame.shape;
+// k frames of shape `frame` along the first axis (a scalar becomes [k]).
+std::vector<int64_t> StackedShape(std::vector<int64_t> shape, int k) {
   if (shape.empty())
     shape = {k};
   else
     shape[0] *= k;
+  return shape;
+}
+
+// k frames of `frame` along the first axis, bounds repeated per frame.
+Space StackedSpace(const Space& frame, int k) {
+  std::vector<int64_t> shape = StackedShape(frame.shape, k);
   std::vector<float> low, high;
   low.reserve(frame.low.size() * static_cast<std::size_t>(k));
   high.reserve(frame.high.size() * static_cast<std::size_t>(k));
@@ -76,8 +81,14 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   return Create(env_name, options, num_envs, seed, EnvGroupOptions{}, out);
 }
 
-Status EnvGroup::Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
-                        uint64_t seed, const EnvGroupOptions& group_options, std::unique_ptr<EnvGroup>* out) {
+Status EnvGroup::Layout(const EnvConfig& env, int num_envs, EnvGroupLayout* out) {
+  const EnvFamily* family = nullptr;
+  EnvOptions resolved;
+  return Plan(env.name, env.options, num_envs, env.frame_stack, &family, &resolved, out);
+}
+
+Status EnvGroup::Plan(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
+                      int frame_stack, const EnvFamily** family_out, EnvOptions* resolved, EnvGroupLayout* out) {
   const EnvFamily* family = EnvRegistry::Global().Find(env_name);
   if (family == nullptr) {
     const auto names = EnvRegistry::Global().Names();
@@ -87,37 +98,57 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   }
   if (num_envs < 1)
     return Status::InvalidArgument(fmt::format("env {}: num_envs must be >= 1, got {}", env_name, num_envs));
-  const int k = group_options.frame_stack;
+  const int k = frame_stack;
   if (k < 1 || k > kMaxFrameStack)
     return Status::InvalidArgument(
         fmt::format("env {}: frame_stack must be a whole number from 1 to {}, got {}", env_name, kMaxFrameStack, k));
 
-  EnvOptions resolved;
-  if (Status s = ResolveEnvOptions(env_name, family->default_options, options, &resolved); !s.ok()) return s;
+  if (Status s = ResolveEnvOptions(env_name, family->default_options, options, resolved); !s.ok()) return s;
 
-  std::unique_ptr<EnvGroup> group(new EnvGroup());
+  EnvGroupLayout layout;
   // The spec follows the resolved options, so it is built per group; it sizes
-  // the buffers below and the worker's handshake.
+  // the buffers and the worker's handshake.
   try {
-    group->spec_ = family->spec(resolved);
+    layout.env_spec = family->spec(*resolved);
   } catch (const std::invalid_argument& e) {
     // Like factories, specs reject out-of-range option values by throwing.
     return Status::InvalidArgument(fmt::format("env {}: {}", env_name, e.what()));
   }
-  if (group->spec_.name.empty()) group->spec_.name = env_name;
-  if (group->spec_.name != env_name)
+  EnvSpec& spec = layout.env_spec;
+  if (spec.name.empty()) spec.name = env_name;
+  if (spec.name != env_name)
     return Status::InvalidArgument(
-        fmt::format("env {}: registered under this name but its spec says '{}'", env_name, group->spec_.name));
-  if (Status s = CheckSpaces(group->spec_); !s.ok()) return s;
-  // The rows carry the stacked observation; the env keeps writing one frame.
-  group->env_spec_ = group->spec_;
-  group->frame_stack_ = k;
-  if (k > 1) group->spec_.observation = StackedSpace(group->env_spec_.observation, k);
+        fmt::format("env {}: registered under this name but its spec says '{}'", env_name, spec.name));
+  if (Status s = CheckSpaces(spec); !s.ok()) return s;
 
   // Row indices travel as int32 (final_obs_index).
-  if (static_cast<int64_t>(num_envs) * group->spec_.num_agents > std::numeric_limits<int32_t>::max())
+  if (static_cast<int64_t>(num_envs) * spec.num_agents > std::numeric_limits<int32_t>::max())
     return Status::InvalidArgument(
-        fmt::format("env {}: {} envs x {} agents is too many rows", env_name, num_envs, group->spec_.num_agents));
+        fmt::format("env {}: {} envs x {} agents is too many rows", env_name, num_envs, spec.num_agents));
+  // The rows carry the stacked observation; the env keeps writing one frame.
+  layout.frame_stack = k;
+  layout.obs_shape = k > 1 ? StackedShape(spec.observation.shape, k) : spec.observation.shape;
+  layout.obs_numel = k * spec.observation.numel();
+  layout.state_numel = spec.global_state ? spec.global_state->numel() : 0;
+  layout.rows = static_cast<int64_t>(num_envs) * spec.num_agents;
+  *family_out = family;
+  *out = std::move(layout);
+  return Status::Ok();
+}
+
+Status EnvGroup::Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
+                        uint64_t seed, const EnvGroupOptions& group_options, std::unique_ptr<EnvGroup>* out) {
+  const EnvFamily* family = nullptr;
+  EnvOptions resolved;
+  EnvGroupLayout layout;
+  if (Status s = Plan(env_name, options, num_envs, group_options.frame_stack, &family, &resolved, &layout); !s.ok())
+    return s;
+  const int k = layout.frame_stack;
+  std::unique_ptr<EnvGroup> group(new EnvGroup());
+  group->env_spec_ = std::move(layout.env_spec);
+  group->spec_ = group->env_spec_;
+  group->frame_stack_ = k;
+  if (k > 1) group->spec_.observation = StackedSpace(group->env_spec_.observation, k);
 
   group->envs_.reserve(static_cast<std::size_t>(num_envs));
   for (int i = 0; i < num_envs; ++i) {

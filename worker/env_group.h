@@ -29,6 +29,16 @@ struct EnvGroupOptions {
 };
 inline constexpr int kMaxFrameStack = 64;
 
+// What a group would be, short of building it (EnvGroup::Layout).
+struct EnvGroupLayout {
+  EnvSpec env_spec;  // the env's own, env.options resolved: one frame per observation
+  int frame_stack = 1;
+  std::vector<int64_t> obs_shape;  // a row's observation, stacked: the group's spec().observation.shape
+  int64_t obs_numel = 0;           // its elements: frame_stack x env_spec.observation.numel()
+  int64_t state_numel = 0;         // a row's global state; 0 without one
+  int64_t rows = 0;                // num_envs x env_spec.num_agents
+};
+
 struct EpisodeStat {
   float episode_return = 0;
   int32_t length = 0;
@@ -50,6 +60,12 @@ class EnvGroup {
   // No preprocessing (frame_stack 1).
   static Status Create(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
                        uint64_t seed, std::unique_ptr<EnvGroup>* out);
+  // What Create(env, num_envs, ...) would build, with the same checks, but
+  // without making an env or a buffer (the family's spec function is cheap,
+  // and the stacked observation space, which holds bounds per element, is not
+  // built): so that a caller can check sizes, such as the largest message
+  // against transport.max_message_bytes, before Create commits memory.
+  static Status Layout(const EnvConfig& env, int num_envs, EnvGroupLayout* out);
 
   // The spec of the rows: the env's, with the stacked observation space.
   const EnvSpec& spec() const { return spec_; }
@@ -91,6 +107,9 @@ class EnvGroup {
 
  private:
   EnvGroup() = default;
+  // Layout's checks and results, with the family and resolved options that Create goes on with.
+  static Status Plan(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
+                     int frame_stack, const EnvFamily** family, EnvOptions* resolved, EnvGroupLayout* out);
   void ResetEnv(int e);
   // Env e's state into its first row, copied to its other rows.
   void WriteState(int e);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <fstream>
@@ -21,6 +22,9 @@ extern "C" void OnSignal(int) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The launcher, recorded before anything can delay us: PR_SET_PDEATHSIG below only covers a parent that dies
+  // after it is set.
+  const pid_t launcher = getppid();
   CLI::App app{"Rollout Farm worker: steps environments and asks the learner for actions"};
   std::string config_path;
   std::string endpoint;
@@ -34,8 +38,16 @@ int main(int argc, char** argv) {
   app.add_option("--stats-file", stats_file, "write this worker's statistics (JSON) here at exit");
   CLI11_PARSE(app, argc, argv);
 
-  // Die with the launcher: no orphan workers if it is killed.
+  // Die with the launcher: no orphan workers if it is killed. One that died before prctl took effect sends no
+  // signal, but this process has been reparented by then: leave now, as the signal would have made us.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (const pid_t parent = getppid(); parent != launcher) {
+    fmt::print(stderr,
+               "farm-worker: the launcher (pid {}) exited before this worker started (parent now pid {}); "
+               "exiting\n",
+               launcher, parent);
+    return 1;
+  }
 
   farm::FarmConfig config;
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {

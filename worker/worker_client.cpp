@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <thread>
 
 #include "common/protobuf_log.h"
@@ -40,30 +41,61 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   w->base_identity_ = fmt::format("worker-{}-{}-{}", host, index, ::getpid());
   w->identity_ = w->base_identity_;
   const int group_size = config.env.num_envs / config.env.num_groups;
-  for (int g = 0; g < config.env.num_groups; ++g) {
-    std::unique_ptr<EnvGroup> group;
-    const uint64_t seed = MixSeed(config.seed, static_cast<uint64_t>(index) * 1000 + g);
-    if (auto s = EnvGroup::Create(config.env, group_size, seed, &group); !s.ok()) return s;
-    w->groups_.push_back(std::move(group));
+  // A config may ask for more memory than the host has (large observations, envs with large internal state,
+  // many groups): say what was being built and which keys to lower, rather than let std::bad_alloc end the
+  // process. `building` names the step under way.
+  std::string building = fmt::format("the spec of env {}", config.env.name);
+  try {
+    // ZeroMQ drops a peer whose message is over the limit (the request would be lost, not refused): check the
+    // largest message this worker may send or receive against it now, from the spec alone, before the groups
+    // allocate frames, stacks and final-observation buffers for a config that is refused anyway. The learner
+    // checks the same at Hello.
+    EnvGroupLayout layout;
+    if (auto s = EnvGroup::Layout(config.env, group_size, &layout); !s.ok()) return s;
+    const NormalizerOptions normalizer_options = NormalizerOptions::FromConfig(config);
+    const int64_t group_rows = layout.rows;  // envs x agents: the rows of every request
+    const int64_t largest =
+        MaxSessionMessageBytes(group_rows, layout.obs_numel, layout.env_spec.action, layout.state_numel) +
+        (normalizer_options.any() ? MaxNormalizerStatsBytes(layout.obs_numel) : 0);
+    const std::string observation =
+        fmt::format("observation {}{}", ShapeString(layout.obs_shape),
+                    layout.frame_stack > 1 ? fmt::format(", {} stacked frames", layout.frame_stack) : std::string());
+    if (largest > config.transport.max_message_bytes)
+      return Status::InvalidArgument(fmt::format(
+          "transport.max_message_bytes: {} is too small for {} envs per group of {} ({}): a message may take up "
+          "to {} bytes; raise it (learner and workers alike) or split env.num_envs into more env.num_groups",
+          config.transport.max_message_bytes, group_size, config.env.name, observation, largest));
+
+    // Per row: frames, stacked frames and reserved final observations; global states and final states.
+    const int64_t buffer_bytes =
+        group_rows *
+        (layout.env_spec.observation.numel() + (layout.frame_stack > 1 ? layout.obs_numel : 0) + layout.obs_numel +
+         2 * layout.state_numel) *
+        static_cast<int64_t>(sizeof(float));
+    for (int g = 0; g < config.env.num_groups; ++g) {
+      building = fmt::format(
+          "env group {} of {} ({} envs of {}, {} rows, {}: about {} MiB of buffers per group "
+          "besides the envs' own state)",
+          g + 1, config.env.num_groups, group_size, config.env.name, group_rows, observation, buffer_bytes >> 20);
+      std::unique_ptr<EnvGroup> group;
+      const uint64_t seed = MixSeed(config.seed, static_cast<uint64_t>(index) * 1000 + g);
+      if (auto s = EnvGroup::Create(config.env, group_size, seed, &group); !s.ok()) return s;
+      w->groups_.push_back(std::move(group));
+    }
+    if (normalizer_options.any()) {
+      building = fmt::format("the normaliser's buffers ({} groups of {} rows, {})", config.env.num_groups, group_rows,
+                             observation);
+      w->normalizer_ = std::make_unique<Normalizer>(normalizer_options, layout.obs_numel);
+      for (const auto& group : w->groups_) w->normalizer_->AddGroup(group->size(), group->num_agents());
+    }
+    w->obs_shape_ = {group_rows};  // every request carries one whole group, a row per agent
+    w->obs_shape_.insert(w->obs_shape_.end(), layout.obs_shape.begin(), layout.obs_shape.end());
+  } catch (const std::bad_alloc&) {
+    return Status::InvalidArgument(
+        fmt::format("out of memory building {}; lower env.num_envs, env.frame_stack or the env's size options "
+                    "(env.options)",
+                    building));
   }
-  if (const auto options = NormalizerOptions::FromConfig(config); options.any()) {
-    w->normalizer_ = std::make_unique<Normalizer>(options, w->groups_[0]->obs_numel());
-    for (const auto& group : w->groups_) w->normalizer_->AddGroup(group->size(), group->num_agents());
-  }
-  // ZeroMQ drops a peer whose message is over the limit (the request would be lost, not refused): check the
-  // largest message this worker may send or receive against it now. The learner checks the same at Hello.
-  const EnvSpec& spec = w->groups_[0]->spec();
-  const int64_t group_rows = w->groups_[0]->rows();  // envs x agents: the rows of every request
-  const int64_t largest = MaxSessionMessageBytes(group_rows, spec.observation, spec.action, spec.global_state) +
-                          (w->normalizer_ ? MaxNormalizerStatsBytes(spec.observation.numel()) : 0);
-  if (largest > config.transport.max_message_bytes)
-    return Status::InvalidArgument(fmt::format(
-        "transport.max_message_bytes: {} is too small for {} envs per group of {} (observation {}): a message may "
-        "take up to {} bytes; raise it (learner and workers alike) or split env.num_envs into more env.num_groups",
-        config.transport.max_message_bytes, group_size, config.env.name, spec.observation.ToString(), largest));
-  w->obs_shape_ = {group_rows};  // every request carries one whole group, a row per agent
-  const auto& obs_dims = w->groups_[0]->spec().observation.shape;
-  w->obs_shape_.insert(w->obs_shape_.end(), obs_dims.begin(), obs_dims.end());
   w->next_seq_.assign(w->groups_.size(), 0);
   w->waiting_.assign(w->groups_.size(), 0);
   w->sent_at_.resize(w->groups_.size());

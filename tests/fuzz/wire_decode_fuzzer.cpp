@@ -6,7 +6,8 @@
 // learner, against the fixed handshakes of fuzz_messages.h) and CheckTensor on
 // an ActionReply (the worker). Whatever a check accepts is then read the way
 // the receiver reads it, at the sizes the handshake implies, so ASan sees any
-// buffer a check let through too short, and UBSan any overflow on the way.
+// buffer a check let through too short, and UBSan any overflow on the way;
+// flags and final_obs_index must hold what the learner's bootstrapping assumes.
 // A check that accepts something it must not is reported with abort().
 #include <cstdint>
 #include <cstdio>
@@ -110,7 +111,20 @@ void OnStepFrom(const wire::StepRequest& req, int64_t rows, const std::vector<in
   const auto* reward = reinterpret_cast<const float*>(req.reward().data().data());
   const auto* terminated = reinterpret_cast<const uint8_t*>(req.terminated().data());
   const auto* truncated = reinterpret_cast<const uint8_t*>(req.truncated().data());
-  for (int64_t i = 0; i < n; ++i) g_sink = g_sink + reward[i] + static_cast<float>(terminated[i] + truncated[i]);
+  int64_t truncated_rows = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    g_sink = g_sink + reward[i] + static_cast<float>(terminated[i] + truncated[i]);
+    Require(terminated[i] <= 1 && truncated[i] <= 1, "accepted a flag byte other than 0 or 1");
+    Require(!(terminated[i] && truncated[i]), "accepted a row both terminated and truncated");
+    truncated_rows += truncated[i];
+  }
+  // The learner adds gamma * V(final obs) once per entry: the entries are the truncated rows, each once.
+  Require(truncated_rows == k, "accepted final_obs_index entries that are not one per truncated row");
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t i = req.final_obs_index(static_cast<int>(j));
+    Require(i >= 0 && i < n && truncated[i] == 1, "accepted a final_obs_index entry of a row not truncated");
+    Require(j == 0 || i > req.final_obs_index(static_cast<int>(j - 1)), "accepted final_obs_index not ascending");
+  }
   // Final observations follow in the batch tensor; their indices address the group's rows.
   std::vector<float> finals(static_cast<std::size_t>(k * fuzz::kObsNumel));
   if (k > 0) {

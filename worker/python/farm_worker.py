@@ -1357,17 +1357,24 @@ def _load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG(SIGTERM), as farm-worker: no orphans if the launcher is killed (Linux only)."""
+def _die_with_parent(launcher: int) -> bool:
+    """PR_SET_PDEATHSIG(SIGTERM), as farm-worker: no orphans if the launcher is killed (Linux only).
+
+    `launcher` is the parent pid recorded when main() started. The signal only covers a parent that dies
+    after prctl; one that died before has already made this process an orphan, so returns False when the
+    parent is no longer `launcher` (the caller exits at once), True otherwise.
+    """
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)
     except Exception:
         pass
+    return os.getppid() == launcher
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    launcher = os.getppid()  # before anything can delay us: see _die_with_parent
     p = argparse.ArgumentParser(description="Rollout Farm worker for Python (Gymnasium-style) environments")
     p.add_argument("--learner", required=True, help="learner endpoint, e.g. tcp://127.0.0.1:5555")
     p.add_argument("--env-module", required=True, metavar="MODULE:FACTORY",
@@ -1402,7 +1409,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{prog}: --num-envs ({args.num_envs}) must be a positive multiple of --groups ({args.groups})",
               file=sys.stderr)
         return 2
-    _die_with_parent()
+    if not _die_with_parent(launcher):
+        print(f"{prog}: the launcher (pid {launcher}) exited before this worker started (parent now pid "
+              f"{os.getppid()}); exiting", file=sys.stderr)
+        return 1
     try:
         normalization = NormalizerOptions(args.normalize_obs, args.normalize_reward, args.obs_clip,
                                           args.reward_clip, args.gamma)
