@@ -4,10 +4,11 @@
 // thread reads, so it works whichever thread the kernel delivers the signal
 // to (libraries such as OpenBLAS start threads before main).
 //
-// A signal repeated at least kForceAfter after the first one ends the process
-// as that signal does by default, without the callback: a second Ctrl-C gets
-// out of a shutdown that is stuck. (A repeat sooner is passed on: a launcher's
-// SIGTERM right after the terminal's SIGINT must not cut the final checkpoint.)
+// Any further SIGINT or SIGTERM at least kForceAfter after the first one ends
+// the process as that signal does by default, without the callback: a second
+// Ctrl-C gets out of a shutdown that is stuck. (One sooner is passed on: a
+// launcher's SIGTERM right after the terminal's SIGINT must not cut the final
+// checkpoint short.)
 //
 // Threading: one watcher per process; the callback runs on the watcher's own
 // thread, once per signal received.
