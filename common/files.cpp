@@ -47,6 +47,16 @@ Status CommitFile(const std::string& tmp, const std::string& path) {
     std::remove(tmp.c_str());
     return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, why));
   }
+  // The rename itself is durable only once the directory is: without this, a power loss could leave the old
+  // file (or none) behind although the new one was reported written.
+  const std::string::size_type slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Status::IoError(fmt::format("{}: cannot open directory: {}", dir, std::strerror(errno)));
+  const int drc = ::fsync(dfd);
+  const int derr = errno;
+  ::close(dfd);
+  if (drc != 0) return Status::IoError(fmt::format("{}: fsync of the directory failed: {}", dir, std::strerror(derr)));
   return Status::Ok();
 }
 

@@ -8,11 +8,12 @@
 
 namespace farm {
 
-// Writes `text` to `path` via `path`.tmp, fsync and rename.
+// Writes `text` to `path` via `path`.tmp and CommitFile.
 Status WriteFileAtomic(const std::string& path, const std::string& text);
 
-// Makes a finished temp file durable and moves it into place: fsync, then
-// rename over `path`. On failure the temp file is removed.
+// Makes a finished temp file durable and moves it into place: fsync, rename
+// over `path`, then fsync of the directory (so the rename survives a power
+// loss too). On failure before the rename the temp file is removed.
 Status CommitFile(const std::string& tmp, const std::string& path);
 
 // Removes `path` and, for a directory, everything under it (symbolic links are removed, not followed).

@@ -44,3 +44,18 @@ TEST_CASE("WriteFileAtomic replaces the whole file and leaves no temp file", "[f
   CHECK_FALSE(WriteFileAtomic((dir / "missing-dir" / "f").string(), "x").ok());
   REQUIRE(RemoveTree(dir.string()).ok());
 }
+
+TEST_CASE("WriteFileAtomic writes a path without a directory part (the directory fsynced is .)", "[files]") {
+  const std::string name = "farm-files-test-relative-" + std::to_string(::getpid()) + ".txt";
+  REQUIRE(WriteFileAtomic(name, "relative\n").ok());
+  std::ifstream in(name);
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "relative");
+  CHECK_FALSE(fs::exists(name + ".tmp"));
+  fs::remove(name);
+  // A directory that does not exist: the temp file cannot be created, and the error names it.
+  const Status s = WriteFileAtomic("/nonexistent-farm-dir/x.txt", "x");
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("/nonexistent-farm-dir/x.txt.tmp"));
+}
