@@ -289,6 +289,7 @@ struct Learner::Impl {
   int64_t non_finite_rejected = 0;    // requests refused for NaN/Inf (learner.non_finite: reject; also in errors)
   int64_t non_finite_sanitized = 0;   // values replaced by 0 (learner.non_finite: sanitize)
   std::atomic<int64_t> connections_closed{0};  // seen by the I/O thread's monitor
+  std::atomic<int64_t> replies_dropped{0};     // messages to peers whose queue was full (they do not read)
 };
 
 Learner::Learner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -450,17 +451,32 @@ void Learner::Impl::IoLoop() {
   // Undecodable messages arrive at whatever rate a client sends them: each gets its Error and is counted,
   // but the log says so at most once per kLogRateInterval, with the count in between.
   LogRateLimiter bad_message_log;
+  LogRateLimiter dropped_log;
+  // Sends one message to a peer without ever blocking this thread: a peer that is gone (router_mandatory:
+  // EHOSTUNREACH) or that does not read what it is sent (its queue at transport's send high-water mark)
+  // loses the message, and every other peer is still served.
+  auto send_to = [&](zmq::const_buffer identity, zmq::const_buffer payload) {
+    const std::string who(static_cast<const char*>(identity.data()), identity.size());
+    try {
+      if (!router.send(identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        replies_dropped.fetch_add(1);
+        if (const auto d = dropped_log.Allow("full " + who); d.log && !shutting_down.load())
+          spdlog::warn("message to {} dropped: it does not read what it is sent (its queue is full){}", who,
+                       LogRateLimiter::Suffix(d));
+        return;
+      }
+      router.send(payload, zmq::send_flags::dontwait);  // the rest of a message the first frame got in
+    } catch (const zmq::error_t& ex) {
+      if (ex.num() != EHOSTUNREACH) throw;
+      if (!shutting_down.load()) spdlog::warn("message to {} dropped: the worker is gone", who);
+    }
+  };
   auto send_error = [&](const std::string& identity, const std::string& message) {
     io_errors.fetch_add(1);
     wire::Envelope e;
     e.mutable_error()->set_message(message);
     e.SerializeToString(&err_scratch);
-    try {
-      router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-      router.send(zmq::buffer(err_scratch), zmq::send_flags::none);
-    } catch (const zmq::error_t& ex) {
-      if (ex.num() != EHOSTUNREACH) throw;  // router_mandatory: the client left before its answer
-    }
+    send_to(zmq::buffer(identity), zmq::buffer(err_scratch));
   };
   try {
     while (true) {
@@ -527,13 +543,7 @@ void Learner::Impl::IoLoop() {
         frames.clear();
         if (!zmq::recv_multipart(reply_pull, std::back_inserter(frames), zmq::recv_flags::dontwait)) continue;
         if (frames.size() == 1 && frames[0].size() == 0) return;  // quit
-        try {
-          router.send(frames[0], zmq::send_flags::sndmore);
-          router.send(frames[1], zmq::send_flags::none);
-        } catch (const zmq::error_t& e) {
-          if (e.num() != EHOSTUNREACH) throw;
-          if (!shutting_down.load()) spdlog::warn("reply to {} dropped: the worker is gone", frames[0].to_string());
-        }
+        send_to(zmq::buffer(frames[0].data(), frames[0].size()), zmq::buffer(frames[1].data(), frames[1].size()));
       }
     }
   } catch (const zmq::error_t& e) {
@@ -1467,6 +1477,7 @@ nlohmann::json Learner::Impl::Summary() const {
       {"non_finite_rejected", non_finite_rejected},
       {"non_finite_sanitized", non_finite_sanitized},
       {"connections_closed", connections_closed.load()},
+      {"replies_dropped", replies_dropped.load()},
       {"workers_lost", workers_lost},
       {"auth_refused", zap ? zap->refused() : int64_t{0}},
       {"stop_reason", stop_reason},

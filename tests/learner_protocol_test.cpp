@@ -499,6 +499,42 @@ TEST_CASE("clients that leave before their Error is sent do not stop the learner
   for (uint64_t seq = 1; seq <= 5; ++seq) ServeGood(good, seq);
 }
 
+TEST_CASE("a client that never reads what it is sent cannot stall the learner", "[learner][protocol]") {
+  LogCapture log;
+  ServedLearner learner([](FarmConfig& c) { c.transport.heartbeat_timeout_s = 600; });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client good(learner.endpoint(), "good");
+  Join(good, obs, act);
+  ServeGood(good, 0);
+  // A client that sends garbage and reads none of the Errors it earns: past the learner's send high-water
+  // mark for it (100,000 messages) and the sockets' buffers, a blocking send would stop the learner's I/O
+  // thread, and with it every worker.
+  zmq::context_t ctx(1);
+  zmq::socket_t deaf(ctx, zmq::socket_type::dealer);
+  deaf.set(zmq::sockopt::routing_id, "deaf");
+  deaf.set(zmq::sockopt::rcvhwm, 1);
+  deaf.set(zmq::sockopt::rcvbuf, 4096);
+  deaf.set(zmq::sockopt::sndhwm, 0);
+  deaf.set(zmq::sockopt::linger, 0);
+  deaf.connect(learner.endpoint());
+  const std::string garbage(64, '\xff');  // each answered with a "cannot parse" Error of about 100 bytes
+  for (int i = 0; i < 400000; ++i) deaf.send(zmq::buffer(garbage), zmq::send_flags::none);
+  // Until the learner has found its queue to "deaf" full (a blocking send would never get there)...
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (log.Count("message to deaf dropped", "does not read") == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (log.Count("message to deaf dropped", "does not read") == 0) {
+    // The I/O thread is stuck in a send for good: nothing can be unwound.
+    std::fprintf(stderr, "FAILED: the learner never dropped a message to the client that does not read\n");
+    std::_Exit(1);
+  }
+  // ...then the good client is still served.
+  for (uint64_t seq = 1; seq <= 5; ++seq) ServeGood(good, seq);
+  learner.Stop();
+  CHECK(learner.summary()["replies_dropped"].get<int64_t>() > 0);
+}
+
 TEST_CASE("the learner stops while clients keep sending into a full queue", "[learner][protocol]") {
   auto learner = std::make_unique<ServedLearner>([](FarmConfig& c) { c.batcher.queue_capacity = 1; });
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
