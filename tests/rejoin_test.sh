@@ -48,9 +48,17 @@ wait_run() {
   done
   wait "$learner" || { echo "FAIL: the learner failed"; tail -n 8 "$tmp"/*.log; exit 1; }
 }
+# kill_learner LOG: kill -9 the running learner ($learner, logging to LOG), which must not have finished its
+# run yet.
+kill_learner() {
+  kill -0 "$learner" 2>/dev/null && ! grep -q "stopping:" "$1" ||
+    { echo "FAIL: the run ended before the learner could be killed"; tail -n 8 "$tmp"/*.log; exit 1; }
+  kill -9 "$learner"
+  wait "$learner" 2>/dev/null || true
+}
 # check RUN_DIR STEPS STATS_FILE...: the run reached its budget; each worker reconnected at least once.
 check() {
-  python3 - "$@" <<'PY'
+  python3 - "$@" <<'PY' || { tail -n 8 "$tmp"/*.log; exit 1; }
 import json, os, sys
 run, steps, stats = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 s = json.load(open(os.path.join(run, "summary.json")))
@@ -65,7 +73,7 @@ PY
 
 # --- 1a. learner restart, farm-worker ------------------------------------------------------------
 run="$tmp/run-cpp"
-common=(--set total_env_steps=60000 --set stop_at_target=false --set learner.checkpoint_every=3
+common=(--set total_env_steps=200000 --set stop_at_target=false --set learner.checkpoint_every=3
         --set learner.progress_interval_s=100 --set transport.heartbeat_interval_s=0.5
         --set transport.heartbeat_timeout_s=30 --set transport.worker_give_up_s=60)
 "$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set "transport.bind=$endpoint" \
@@ -80,15 +88,14 @@ for i in 0 1; do
   pids+=($!)
 done
 wait_rows "$run" 6
-kill -9 "$learner"
-wait "$learner" 2>/dev/null || true
+kill_learner "$tmp/learner-a1.log"
 "$learner_bin" --resume "$run" > "$tmp/learner-a2.log" 2>&1 &  # at once: far inside the 30 s timeout
 learner=$!
 pids+=("$learner")
 wait_run cpp
 grep -q "does not know this worker" "$tmp/cpp-0.log" "$tmp/cpp-1.log" ||
   { echo "FAIL: the workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp"/cpp-*.log; exit 1; }
-check "$run" 60000 "$tmp/cpp-0.json" "$tmp/cpp-1.json"
+check "$run" 200000 "$tmp/cpp-0.json" "$tmp/cpp-1.json"
 echo "ok: farm-workers rejoined a restarted learner"
 
 # --- 1b. learner restart, Python worker ----------------------------------------------------------
@@ -100,7 +107,7 @@ done
 [ -f "$build_dir/python/farm_pb2.py" ] || { echo "FAIL: $build_dir/python/farm_pb2.py missing (target farm_proto_py)"; exit 1; }
 run="$tmp/run-py"
 # The Python worker takes the heartbeat settings from the learner's Welcome.
-"$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set total_env_steps=30000 \
+"$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set total_env_steps=60000 \
   --set "transport.bind=$endpoint" --set "run_dir=$run" > "$tmp/learner-b1.log" 2>&1 &
 learner=$!
 pids+=("$learner")
@@ -113,15 +120,14 @@ for i in 0 1; do
   pids+=($!)
 done
 wait_rows "$run" 6
-kill -9 "$learner"
-wait "$learner" 2>/dev/null || true
+kill_learner "$tmp/learner-b1.log"
 "$learner_bin" --resume "$run" > "$tmp/learner-b2.log" 2>&1 &
 learner=$!
 pids+=("$learner")
 wait_run py
 grep -q "does not know this worker" "$tmp/py-0.log" "$tmp/py-1.log" ||
   { echo "FAIL: the Python workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp"/py-*.log; exit 1; }
-check "$run" 30000 "$tmp/py-0.json" "$tmp/py-1.json"
+check "$run" 60000 "$tmp/py-0.json" "$tmp/py-1.json"
 echo "ok: Python workers rejoined a restarted learner"
 
 # --- 2. a frozen farm-worker ---------------------------------------------------------------------
