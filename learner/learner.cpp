@@ -1519,6 +1519,11 @@ Status Learner::Run(nlohmann::json* summary) {
   m.batcher.Close();
 
   // Final checkpoint, unless the run never started or its last update diverged; then tell every worker to stop.
+  // (Updates check their parameters only when they checkpoint: the last one is checked here.)
+  if (!m.update_failed && m.trainer && m.start_failure.ok() && !ParametersFinite(m.training)) {
+    m.update_failed = true;
+    m.stop_reason = "the PPO update failed (non-finite parameters)";
+  }
   if (m.update_failed) {
     spdlog::error("no final checkpoint: the last update diverged; the newest checkpoint is the last good one");
   } else if (m.trainer && m.start_failure.ok()) {

@@ -71,30 +71,46 @@ for f in stats:
 PY
 }
 
+# start_learner LOG ARGS...: a farm-learner in the background ($learner).
+start_learner() {
+  local log="$1"
+  shift
+  "$learner_bin" "$@" > "$tmp/$log" 2>&1 &
+  learner=$!
+  pids+=("$learner")
+}
+# start_cpp_workers TAG ARGS...: farm-workers 0 and 1 with the learner's config ($workers).
+start_cpp_workers() {
+  local tag="$1" i
+  shift
+  workers=()
+  for i in 0 1; do
+    "$worker_bin" --config "$root/configs/cartpole.yaml" "$@" --learner "$endpoint" --index "$i" \
+      --stats-file "$tmp/$tag-$i.json" > "$tmp/$tag-$i.log" 2>&1 &
+    workers+=($!)
+    pids+=($!)
+  done
+}
+# restart_learner TAG: kill -9 the learner (log TAG-1.log) and resume the run at once, far inside the
+# workers' heartbeat timeout; then every worker must have rejoined on UNKNOWN_WORKER.
+restart_learner() {
+  wait_rows "$run" 6
+  kill_learner "$tmp/learner-$1-1.log"
+  start_learner "learner-$1-2.log" --resume "$run"
+  wait_run "$1"
+  grep -q "does not know this worker" "$tmp/$1-0.log" "$tmp/$1-1.log" ||
+    { echo "FAIL: the $1 workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp/$1"-*.log; exit 1; }
+}
+
 # --- 1a. learner restart, farm-worker ------------------------------------------------------------
 run="$tmp/run-cpp"
-common=(--set total_env_steps=200000 --set stop_at_target=false --set learner.checkpoint_every=3
-        --set learner.progress_interval_s=100 --set transport.heartbeat_interval_s=0.5
-        --set transport.heartbeat_timeout_s=30 --set transport.worker_give_up_s=60)
-"$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set "transport.bind=$endpoint" \
-  --set "run_dir=$run" > "$tmp/learner-a1.log" 2>&1 &
-learner=$!
-pids+=("$learner")
-workers=()
-for i in 0 1; do
-  "$worker_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --learner "$endpoint" --index "$i" \
-    --stats-file "$tmp/cpp-$i.json" > "$tmp/cpp-$i.log" 2>&1 &
-  workers+=($!)
-  pids+=($!)
-done
-wait_rows "$run" 6
-kill_learner "$tmp/learner-a1.log"
-"$learner_bin" --resume "$run" > "$tmp/learner-a2.log" 2>&1 &  # at once: far inside the 30 s timeout
-learner=$!
-pids+=("$learner")
-wait_run cpp
-grep -q "does not know this worker" "$tmp/cpp-0.log" "$tmp/cpp-1.log" ||
-  { echo "FAIL: the workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp"/cpp-*.log; exit 1; }
+common=(--set stop_at_target=false --set learner.checkpoint_every=3 --set learner.progress_interval_s=100
+        --set transport.heartbeat_interval_s=0.5 --set transport.heartbeat_timeout_s=30
+        --set transport.worker_give_up_s=60)
+start_learner learner-cpp-1.log --config "$root/configs/cartpole.yaml" "${common[@]}" \
+  --set total_env_steps=200000 --set "transport.bind=$endpoint" --set "run_dir=$run"
+start_cpp_workers cpp "${common[@]}"
+restart_learner cpp
 check "$run" 200000 "$tmp/cpp-0.json" "$tmp/cpp-1.json"
 echo "ok: farm-workers rejoined a restarted learner"
 
@@ -107,10 +123,8 @@ done
 [ -f "$build_dir/python/farm_pb2.py" ] || { echo "FAIL: $build_dir/python/farm_pb2.py missing (target farm_proto_py)"; exit 1; }
 run="$tmp/run-py"
 # The Python worker takes the heartbeat settings from the learner's Welcome.
-"$learner_bin" --config "$root/configs/cartpole.yaml" "${common[@]}" --set total_env_steps=60000 \
-  --set "transport.bind=$endpoint" --set "run_dir=$run" > "$tmp/learner-b1.log" 2>&1 &
-learner=$!
-pids+=("$learner")
+start_learner learner-py-1.log --config "$root/configs/cartpole.yaml" "${common[@]}" \
+  --set total_env_steps=60000 --set "transport.bind=$endpoint" --set "run_dir=$run"
 workers=()
 for i in 0 1; do
   FARM_PYTHON_PATH="$build_dir/python" "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
@@ -119,14 +133,7 @@ for i in 0 1; do
   workers+=($!)
   pids+=($!)
 done
-wait_rows "$run" 6
-kill_learner "$tmp/learner-b1.log"
-"$learner_bin" --resume "$run" > "$tmp/learner-b2.log" 2>&1 &
-learner=$!
-pids+=("$learner")
-wait_run py
-grep -q "does not know this worker" "$tmp/py-0.log" "$tmp/py-1.log" ||
-  { echo "FAIL: the Python workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp"/py-*.log; exit 1; }
+restart_learner py
 check "$run" 60000 "$tmp/py-0.json" "$tmp/py-1.json"
 echo "ok: Python workers rejoined a restarted learner"
 
@@ -135,22 +142,14 @@ run="$tmp/run-stall"
 stall=(--set total_env_steps=300000 --set stop_at_target=false --set learner.progress_interval_s=100
        --set transport.heartbeat_interval_s=0.2 --set transport.heartbeat_timeout_s=1.0
        --set transport.worker_give_up_s=60)
-"$learner_bin" --config "$root/configs/cartpole.yaml" "${stall[@]}" --set "transport.bind=$endpoint" \
-  --set "run_dir=$run" > "$tmp/learner-c.log" 2>&1 &
-learner=$!
-pids+=("$learner")
-workers=()
-for i in 0 1; do
-  "$worker_bin" --config "$root/configs/cartpole.yaml" "${stall[@]}" --learner "$endpoint" --index "$i" \
-    --stats-file "$tmp/stall-$i.json" > "$tmp/stall-$i.log" 2>&1 &
-  workers+=($!)
-  pids+=($!)
-done
+start_learner learner-stall.log --config "$root/configs/cartpole.yaml" "${stall[@]}" \
+  --set "transport.bind=$endpoint" --set "run_dir=$run"
+start_cpp_workers stall "${stall[@]}"
 wait_rows "$run" 3
 kill -STOP "${workers[0]}"
 sleep 2.5  # past the 1 s heartbeat timeout: the learner drops it
 kill -CONT "${workers[0]}"
 wait_run stall
-grep -q "dropped worker" "$tmp/learner-c.log" || { echo "FAIL: the learner did not drop the frozen worker"; exit 1; }
+grep -q "dropped worker" "$tmp/learner-stall.log" || { echo "FAIL: the learner did not drop the frozen worker"; exit 1; }
 check "$run" 300000 "$tmp/stall-0.json"
 echo "ok: a frozen farm-worker rejoined after the learner dropped it"
