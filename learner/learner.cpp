@@ -456,10 +456,12 @@ void Learner::Impl::IoLoop() {
   // EHOSTUNREACH) or that does not read what it is sent (its queue at transport's send high-water mark)
   // loses the message, and every other peer is still served.
   auto send_to = [&](zmq::const_buffer identity, zmq::const_buffer payload) {
-    const std::string who(static_cast<const char*>(identity.data()), identity.size());
+    // Only for the log lines: the common case (sent) builds no string.
+    const auto name = [&] { return std::string(static_cast<const char*>(identity.data()), identity.size()); };
     try {
       if (!router.send(identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         replies_dropped.fetch_add(1);
+        const std::string who = name();
         if (const auto d = dropped_log.Allow("full " + who); d.log && !shutting_down.load())
           spdlog::warn("message to {} dropped: it does not read what it is sent (its queue is full){}", who,
                        LogRateLimiter::Suffix(d));
@@ -468,7 +470,7 @@ void Learner::Impl::IoLoop() {
       router.send(payload, zmq::send_flags::dontwait);  // the rest of a message the first frame got in
     } catch (const zmq::error_t& ex) {
       if (ex.num() != EHOSTUNREACH) throw;
-      if (!shutting_down.load()) spdlog::warn("message to {} dropped: the worker is gone", who);
+      if (!shutting_down.load()) spdlog::warn("message to {} dropped: the worker is gone", name());
     }
   };
   auto send_error = [&](const std::string& identity, const std::string& message) {
