@@ -10,6 +10,7 @@ std::string Status::ToString() const {
     case Code::kIoError: return "I/O error: " + message_;
     case Code::kProtocol: return "protocol error: " + message_;
     case Code::kClosed: return "closed: " + message_;
+    case Code::kInternal: return "internal error: " + message_;
   }
   return message_;
 }

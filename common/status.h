@@ -8,7 +8,7 @@ namespace farm {
 
 class Status {
  public:
-  enum class Code { kOk = 0, kInvalidArgument, kNotFound, kIoError, kProtocol, kClosed };
+  enum class Code { kOk = 0, kInvalidArgument, kNotFound, kIoError, kProtocol, kClosed, kInternal };
 
   Status() = default;
   static Status Ok() { return Status(); }
@@ -17,6 +17,8 @@ class Status {
   static Status IoError(std::string msg) { return Status(Code::kIoError, std::move(msg)); }
   static Status Protocol(std::string msg) { return Status(Code::kProtocol, std::move(msg)); }
   static Status Closed(std::string msg) { return Status(Code::kClosed, std::move(msg)); }
+  // A failure inside the program (an exception from a library where none was expected), not in its input.
+  static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

@@ -184,6 +184,7 @@ struct Learner::Impl {
   void Reply(const std::string& identity, const wire::Envelope& env);
   void RequestStop(const std::string& reason);
   void FailStart(const std::string& why);
+  void FailServing(const std::string& what);
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
                   wire::Error::Code code = wire::Error::FATAL);
   void ShowProgress(bool force);
@@ -254,6 +255,10 @@ struct Learner::Impl {
   // An update produced a non-finite loss or parameters: no checkpoint is written after it (`latest` stays
   // on the last good one); Run returns an error.
   bool update_failed = false;
+  // An exception escaped the serving of a batch (a LibTorch or CUDA error, say): the run stops, with its final
+  // checkpoint (the trainer's policy is not touched by serving), and Run returns this.
+  Status serve_failure;
+  std::atomic<bool> fail_next_batch{false};  // Learner::TEST_FailNextBatch
   int64_t handoff_env_steps = 0;  // env_steps at the last hand-off: the learning-rate schedule's progress
   int64_t version = 0;  // policy version of `acting`
   int64_t updates = 0;
@@ -307,6 +312,8 @@ const std::string& Learner::endpoint() const { return impl_->endpoint; }
 const std::string& Learner::run_dir() const { return impl_->run_dir; }
 
 void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
+
+void Learner::TEST_FailNextBatch() { impl_->fail_next_batch.store(true); }
 
 void Learner::Impl::RequestStop(const std::string& reason) {
   if (stop_requested.exchange(true)) return;
@@ -578,6 +585,9 @@ void Learner::Impl::TrainerLoop() {
     } catch (const c10::Error& e) {
       spdlog::error("PPO update failed: {}", e.what_without_backtrace());
       result->stats.policy_loss = std::nan("");
+    } catch (const std::exception& e) {  // the run stops on it (a failed update), never with std::terminate
+      spdlog::error("PPO update failed: {}", e.what());
+      result->stats.policy_loss = std::nan("");
     }
     // The inference thread copies the new weights on its own stream once it hears of this result.
     stream.Synchronize();
@@ -610,6 +620,13 @@ void Learner::Impl::Reply(const std::string& identity, const wire::Envelope& env
   env.SerializeToString(&scratch);
   reply_push.send(zmq::buffer(identity), zmq::send_flags::sndmore);
   reply_push.send(zmq::buffer(scratch), zmq::send_flags::none);
+}
+
+void Learner::Impl::FailServing(const std::string& what) {
+  spdlog::error("learner: {} while serving a batch; stopping", what);
+  if (serve_failure.ok()) serve_failure = Status::Internal(what + " (while serving a batch)");
+  if (!stopping || stop_reason.empty()) stop_reason = "internal error: " + what;
+  stopping = true;
 }
 
 void Learner::Impl::FailStart(const std::string& why) {
@@ -1509,8 +1526,15 @@ Status Learner::Run(nlohmann::json* summary) {
     if (!m.batcher.NextBatch(&batch, idle).ok()) break;
     // Waiting while the trainer runs is the update's cost (sync mode), not a lack of data.
     (during_update ? m.held_s : m.wait_s) += Seconds(Clock::now() - t0);
-    m.CheckWorkers();
-    m.ProcessBatch(batch);
+    try {
+      if (m.fail_next_batch.exchange(false)) throw std::runtime_error("injected fault (TEST_FailNextBatch)");
+      m.CheckWorkers();
+      m.ProcessBatch(batch);
+    } catch (const c10::Error& e) {
+      m.FailServing(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      m.FailServing(e.what());
+    }
     if (m.stopping && !m.trainer_busy) break;
   }
   m.progress.Finish();
@@ -1551,7 +1575,7 @@ Status Learner::Run(nlohmann::json* summary) {
   if (auto st = WriteFileAtomic(m.run_dir + "/summary.json", s.dump(2) + "\n"); !st.ok()) return st;
   if (summary) *summary = s;
   if (m.update_failed) return Status::InvalidArgument(m.stop_reason + " (see metrics.jsonl; lower ppo.lr?)");
-  return Status::Ok();
+  return m.serve_failure;
 }
 
 }  // namespace farm

@@ -38,8 +38,13 @@ class Learner {
   // Serves and trains until total_env_steps, the target (when
   // stop_at_target), or RequestStop(); then checkpoints, tells the workers
   // to stop and writes summary.json, which is also returned.
+  // An exception while serving a batch (a LibTorch or CUDA error) stops the run the same way, final
+  // checkpoint included, and Run returns it as an internal error.
   Status Run(nlohmann::json* summary);
   void RequestStop(const std::string& reason);
+
+  // Tests only: the next batch the inference thread takes fails with an exception. Any thread.
+  void TEST_FailNextBatch();
 
   struct Impl;
 

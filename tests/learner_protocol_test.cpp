@@ -24,6 +24,7 @@
 #include "common/log_limit.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "learner/checkpoint.h"
 #include "learner/learner.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
@@ -63,6 +64,13 @@ class ServedLearner {
     learner_->RequestStop("test done");
     thread_.join();
   }
+  // Waits for Run to return by itself (no stop request) and gives its status.
+  Status Wait() {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  Learner& learner() { return *learner_; }
+  const std::string& run_dir() const { return run_dir_; }
   const std::string& endpoint() const { return learner_->endpoint(); }
   const nlohmann::json& summary() const { return summary_; }
 
@@ -560,6 +568,33 @@ TEST_CASE("the learner stops while clients keep sending into a full queue", "[le
     std::_Exit(1);
   }
   CHECK(in_time);
+}
+
+TEST_CASE("an exception while serving stops the run: final checkpoint, Stop to the workers, an internal error",
+          "[learner][protocol]") {
+  ServedLearner learner([](FarmConfig& c) {
+    c.learner.train = true;
+    c.ppo.rollout_length = 4;
+  });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client c(learner.endpoint(), "c");
+  Join(c, obs, act);
+  ServeGood(c, 0);
+  ServeGood(c, 1);
+  learner.learner().TEST_FailNextBatch();
+  c.Send(Step(0, 2, 4, 3, true));  // the batch that fails: never answered with actions
+  const auto reply = c.Receive();
+  REQUIRE(reply.has_stop());
+  CHECK_THAT(reply.stop().reason(), Catch::Contains("internal error: injected fault"));
+  const Status s = learner.Wait();
+  CHECK(s.code() == Status::Code::kInternal);
+  CHECK_THAT(s.ToString(), Catch::Contains("injected fault"));
+  CHECK_THAT(learner.summary().value("stop_reason", ""), Catch::Contains("internal error: injected fault"));
+  // Nothing learned is lost: the final checkpoint and summary.json are written as on any other stop.
+  std::string checkpoint;
+  CHECK(FindLatestValidCheckpoint(learner.run_dir() + "/checkpoints", &checkpoint, nullptr).ok());
+  CHECK(std::filesystem::exists(learner.run_dir() + "/summary.json"));
 }
 
 TEST_CASE("an oversized message costs its sender the connection, not the learner or others",
