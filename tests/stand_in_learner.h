@@ -81,6 +81,12 @@ class StandInLearner {
     return run_status_;
   }
 
+  // Waits for the worker's Run to return by itself and gives its status.
+  Status Join() {
+    worker_.join();
+    return run_status_;
+  }
+
   const std::string& endpoint() const { return endpoint_; }
 
  private:

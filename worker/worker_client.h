@@ -44,7 +44,9 @@ class WorkerClient {
   // silent for transport.worker_give_up_s, a stop is requested, or an error.
   // A learner silent for transport.heartbeat_timeout_s, or one that answers
   // Error UNKNOWN_WORKER (it restarted, or dropped this worker as silent), is
-  // connected to again under a new identity; the episodes start over.
+  // connected to again under a new identity; the episodes start over. An
+  // exception from an env (its step or reset) ends the run as an internal
+  // error naming the env.
   Status Run();
   void RequestStop() { stop_requested_.store(true); }
   const WorkerStats& stats() const { return stats_; }
