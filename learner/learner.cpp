@@ -35,6 +35,7 @@
 
 #include "common/channel.h"
 #include "common/curve.h"
+#include "common/files.h"
 #include "common/log_limit.h"
 #include "common/protobuf_log.h"
 #include "common/resources.h"
@@ -202,6 +203,7 @@ struct Learner::Impl {
 
   FarmConfig config;
   std::string run_dir;
+  std::unique_ptr<DirectoryLock> run_dir_lock;  // run_dir/learner.lock, held for this learner's life
   std::string endpoint;
   torch::Device device{torch::kCPU};
   Precision precision = Precision::kFp32;
@@ -363,7 +365,7 @@ Status Learner::Impl::Init() {
     if (auto s = FindLatestValidCheckpoint(run_dir + "/checkpoints", &latest, &skipped); !s.ok())
       return Status::NotFound(fmt::format("learner.resume: nothing to resume in run_dir '{}': {}{}", run_dir,
                                           s.message(), skipped.empty() ? "" : " (" + skipped.front() + ")"));
-  } else if (!ListCheckpoints(run_dir + "/checkpoints").empty()) {
+  } else if (!config.run_dir.empty() && !ListCheckpoints(run_dir + "/checkpoints").empty()) {
     // A new run would write checkpoints with low update counts next to the old run's, which the keep-newest
     // pruning would then delete at once.
     return Status::InvalidArgument(fmt::format(
@@ -380,8 +382,26 @@ Status Learner::Impl::Init() {
       return Status::InvalidArgument("learner.init_from: " + s.message());
   }
   std::error_code ec;
+  if (config.run_dir.empty() && !config.learner.resume) {
+    // The default directory is named to the second: a second run started within it gets "-2", "-3", ... rather
+    // than the same directory. mkdir decides, so two learners starting at once cannot both take one name.
+    const std::string parent = std::filesystem::path(run_dir).parent_path().string();
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", parent, ec.message()));
+    const std::string base = run_dir;
+    for (int n = 2; !std::filesystem::create_directory(run_dir, ec); ++n) {
+      if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
+      run_dir = fmt::format("{}-{}", base, n);
+    }
+  }
   std::filesystem::create_directories(run_dir + "/checkpoints", ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
+  // One learner per run directory, held until this process ends: a second one (the same run_dir, or --resume of
+  // a run that is still going) would interleave checkpoints, metrics and config.yaml with this one's.
+  if (auto s = DirectoryLock::Acquire(run_dir, "learner.lock", &run_dir_lock); !s.ok())
+    return Status::InvalidArgument(fmt::format(
+        "run_dir '{}' is in use by another farm-learner ({}): wait for it to stop, or choose another run_dir",
+        run_dir, s.message()));
   // Resuming, config.yaml is rewritten once the checkpoint has loaded (OnHello): a failed resume leaves it.
   if (!config.learner.resume)
     if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok()) return s;

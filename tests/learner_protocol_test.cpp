@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <future>
 #include <limits>
@@ -726,4 +727,50 @@ TEST_CASE("a multi-agent worker's global states reach the centralised critic; st
   CHECK(s["num_agents"].get<int>() == 3);
   CHECK(s["num_envs"].get<int>() == 4);
   CHECK(s["episodes"].get<int>() == 1);
+}
+
+TEST_CASE("two learners never share a run directory", "[learner][run_dir]") {
+  const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("farm-protocol-run-dir-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  FarmConfig config;
+  config.learner.train = false;
+  config.learner.progress_interval_s = 3600;
+
+  SECTION("a run_dir in use (a new run, or --resume of a live one) is refused, naming it") {
+    config.run_dir = (base / "run").string();
+    std::unique_ptr<Learner> first, second;
+    REQUIRE(Learner::Create(config, &first).ok());
+    const Status s = Learner::Create(config, &second);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("run_dir '" + config.run_dir + "' is in use by another farm-learner"));
+    first.reset();  // gone (as after a crash: the lock goes with the process): the directory is free again
+    CHECK(Learner::Create(config, &second).ok());
+  }
+  SECTION("default run directories are distinct even within one second") {
+    // runs/<name>-<timestamp> is named to the second: take every name of the next half minute beforehand.
+    const auto old_cwd = std::filesystem::current_path();
+    std::filesystem::current_path(base);
+    std::vector<std::string> taken;
+    const std::time_t now = std::time(nullptr);
+    for (std::time_t t = now - 1; t <= now + 30; ++t) {
+      std::tm tm{};
+      localtime_r(&t, &tm);
+      char stamp[32];
+      std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+      taken.push_back(std::string("runs/collide-") + stamp);
+      std::filesystem::create_directories(taken.back());
+    }
+    config.name = "collide";
+    std::unique_ptr<Learner> first, second;
+    const Status s1 = Learner::Create(config, &first);
+    const Status s2 = Learner::Create(config, &second);
+    std::filesystem::current_path(old_cwd);
+    REQUIRE(s1.ok());
+    REQUIRE(s2.ok());
+    CHECK(first->run_dir() != second->run_dir());
+    CHECK(std::find(taken.begin(), taken.end(), first->run_dir()) == taken.end());
+    CHECK(std::find(taken.begin(), taken.end(), second->run_dir()) == taken.end());
+  }
+  (void)RemoveTree(base.string());
 }
