@@ -381,6 +381,20 @@ Status Learner::Impl::Init() {
     if (auto s = LoadPolicy(config.learner.init_from, &probe, &saved, nullptr, &path); !s.ok())
       return Status::InvalidArgument("learner.init_from: " + s.message());
   }
+  if (curve) {
+    // The ZAP handler must be bound before the router: libzmq admits every CURVE client while none is.
+    if (auto s = ZapAuthenticator::Start(ctx, curve->authorized, &zap); !s.ok()) return s;
+    spdlog::info("CURVE on: worker keys authorized: {}; the learner's public key: {}", curve->authorized.size(),
+                 curve->own.public_key);
+  } else if (!IsLoopbackEndpoint(config.transport.bind)) {
+    spdlog::warn("transport.insecure: {} admits any worker, unencrypted", config.transport.bind);
+  }
+  // Bound before the run directory is touched: a learner that cannot bind (the port in use) leaves nothing behind.
+  try {
+    router = MakeRouter(ctx, config.transport, &endpoint, curve ? &curve->own : nullptr);
+  } catch (const zmq::error_t& e) {
+    return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
+  }
   std::error_code ec;
   if (config.run_dir.empty() && !config.learner.resume) {
     // The default directory is named to the second: a second run started within it gets "-2", "-3", ... rather
@@ -408,19 +422,6 @@ Status Learner::Impl::Init() {
   if (auto s = metrics.Open(run_dir + "/metrics.jsonl"); !s.ok()) return s;
   if (auto s = TensorBoardWriter::Open(run_dir + "/tb", &tensorboard); !s.ok()) return s;
 
-  if (curve) {
-    // The ZAP handler must be bound before the router: libzmq admits every CURVE client while none is.
-    if (auto s = ZapAuthenticator::Start(ctx, curve->authorized, &zap); !s.ok()) return s;
-    spdlog::info("CURVE on: worker keys authorized: {}; the learner's public key: {}", curve->authorized.size(),
-                 curve->own.public_key);
-  } else if (!IsLoopbackEndpoint(config.transport.bind)) {
-    spdlog::warn("transport.insecure: {} admits any worker, unencrypted", config.transport.bind);
-  }
-  try {
-    router = MakeRouter(ctx, config.transport, &endpoint, curve ? &curve->own : nullptr);
-  } catch (const zmq::error_t& e) {
-    return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
-  }
   // Connections the ROUTER closes: a worker that left, or one that sent more than transport.max_message_bytes
   // (ZeroMQ drops such a peer rather than deliver part of a message).
   const std::string events_endpoint = fmt::format("inproc://farm-router-events-{}", static_cast<const void*>(this));

@@ -774,3 +774,35 @@ TEST_CASE("two learners never share a run directory", "[learner][run_dir]") {
   }
   (void)RemoveTree(base.string());
 }
+
+TEST_CASE("a learner that cannot bind its port says so and leaves no run directory", "[learner][run_dir]") {
+  const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("farm-protocol-port-busy-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  zmq::context_t ctx;
+  zmq::socket_t holder(ctx, zmq::socket_type::router);  // holds the port
+  holder.set(zmq::sockopt::linger, 0);
+  holder.bind("tcp://127.0.0.1:*");
+  const std::string busy = holder.get(zmq::sockopt::last_endpoint);
+  FarmConfig config;
+  config.learner.train = false;
+  config.transport.bind = busy;
+  std::unique_ptr<Learner> learner;
+
+  config.run_dir = (base / "run").string();
+  const Status s = Learner::Create(config, &learner);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("transport.bind: cannot bind " + busy));
+  CHECK_THAT(s.message(), Catch::Contains("Address already in use"));
+  CHECK_FALSE(std::filesystem::exists(config.run_dir));
+
+  // The default run directory (runs/<name>-<timestamp>) is not created either.
+  config.run_dir.clear();
+  const auto old_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(base);
+  const Status s2 = Learner::Create(config, &learner);
+  std::filesystem::current_path(old_cwd);
+  CHECK_FALSE(s2.ok());
+  CHECK_FALSE(std::filesystem::exists(base / "runs"));
+  (void)RemoveTree(base.string());
+}
