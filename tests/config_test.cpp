@@ -166,3 +166,22 @@ TEST_CASE("the dumped config parses back to the same values", "[config]") {
   CHECK(!back.target_return);
   CHECK(farm::DumpConfig(back) == text);
 }
+
+TEST_CASE("transport.bind needs a port from 0 to 65535 or *", "[config]") {
+  for (const char* good : {"tcp://127.0.0.1:*", "tcp://0.0.0.0:5555", "tcp://[::1]:65535", "tcp://eth0:0",
+                           "ipc:///tmp/farm.sock", "inproc://x"}) {
+    FarmConfig c;
+    c.transport.bind = good;
+    CHECK(farm::ValidateConfig(c).ok());
+  }
+  // ZeroMQ binds port 99999 as 34463; without a port the address used to be refused as "not a loopback address".
+  for (const char* bad : {"tcp://127.0.0.1:99999", "tcp://127.0.0.1", "tcp://[::1]", "tcp://127.0.0.1:", "tcp://h:5x",
+                          "tcp://h:-1", "tcp://h:1234567"}) {
+    FarmConfig c;
+    c.transport.bind = bad;
+    const auto s = farm::ValidateConfig(c);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("transport.bind: expected tcp://HOST:PORT with PORT a number from 0 to "
+                                            "65535 or * (a free port), got '" + std::string(bad) + "'"));
+  }
+}
