@@ -235,6 +235,9 @@ YAML::Node OverrideNode(const std::string& text) {
   return node;
 }
 
+// The largest transport.worker_give_up_s: its milliseconds must fit in an int (ZMQ_SNDTIMEO).
+constexpr double kMaxWorkerGiveUpS = 2147483;
+
 }  // namespace
 
 std::string Rule::Describe() const {
@@ -284,6 +287,12 @@ Status ValidateConfig(const FarmConfig& c) {
     return Status::InvalidArgument(fmt::format(
         "transport.heartbeat_timeout_s ({}) must exceed twice transport.heartbeat_interval_s ({})",
         c.transport.heartbeat_timeout_s, c.transport.heartbeat_interval_s));
+  // A worker passes it to ZeroMQ as a send timeout in milliseconds, an int: a larger value made it abort at start
+  // ("terminate called after throwing an instance of 'zmq::error_t'").
+  if (c.transport.worker_give_up_s > kMaxWorkerGiveUpS)
+    return Status::InvalidArgument(fmt::format(
+        "transport.worker_give_up_s: expected a value in (0, {}] (seconds, about 24.8 days), got {}", kMaxWorkerGiveUpS,
+        c.transport.worker_give_up_s));
   const auto& d = c.learner.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
     return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));

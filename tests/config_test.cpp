@@ -185,3 +185,14 @@ TEST_CASE("transport.bind needs a port from 0 to 65535 or *", "[config]") {
                                             "65535 or * (a free port), got '" + std::string(bad) + "'"));
   }
 }
+
+TEST_CASE("transport.worker_give_up_s must fit ZeroMQ's millisecond timeout", "[config]") {
+  FarmConfig c;
+  c.transport.worker_give_up_s = 2147483;  // 2^31 - 1 ms, rounded down to whole seconds
+  CHECK(farm::ValidateConfig(c).ok());
+  REQUIRE(farm::LoadConfig("", {"transport.worker_give_up_s=1e7"}, &c).code() ==
+          farm::Status::Code::kInvalidArgument);
+  const auto s = farm::ValidateConfig(c);
+  CHECK_THAT(s.message(), Catch::Contains("transport.worker_give_up_s: expected a value in (0, 2147483]") &&
+                              Catch::Contains("got 10000000"));
+}
