@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -222,6 +223,8 @@ struct Learner::Impl {
   std::thread io_thread;
   std::thread trainer_thread;
   std::atomic<bool> stop_requested{false};
+  std::mutex stop_request_mutex;
+  std::string stop_request_reason;  // RequestStop's reason, set (under the mutex) before stop_requested
   // Set when Run stops serving: the I/O thread then drops what arrives and no longer counts or reports the
   // connections that close as workers leave.
   std::atomic<bool> shutting_down{false};
@@ -311,7 +314,12 @@ const std::string& Learner::run_dir() const { return impl_->run_dir; }
 void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
 
 void Learner::Impl::RequestStop(const std::string& reason) {
-  if (stop_requested.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(stop_request_mutex);
+    if (stop_requested.load()) return;
+    stop_request_reason = reason;
+    stop_requested.store(true);
+  }
   Work w;
   w.kind = Work::Kind::kStop;
   w.reason = reason;
@@ -1190,8 +1198,10 @@ void Learner::Impl::CheckStop() {
       stopping = true;
       stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
     } else if (stop_requested.load()) {
+      // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch): its reason.
       stopping = true;
-      stop_reason = "stop requested";
+      std::lock_guard<std::mutex> lock(stop_request_mutex);
+      stop_reason = stop_request_reason;
     }
   }
 }

@@ -806,3 +806,28 @@ TEST_CASE("a learner that cannot bind its port says so and leaves no run directo
   CHECK_FALSE(std::filesystem::exists(base / "runs"));
   (void)RemoveTree(base.string());
 }
+
+TEST_CASE("a busy learner stops with the reason RequestStop was given", "[learner][protocol]") {
+  // The reason is what summary.json's stop_reason and the log show for a Ctrl-C ("interrupted (SIGINT)"). A learner
+  // that checks for a stop after every batch used to see the request before the queued stop item that carries
+  // its reason, and recorded "stop requested".
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    ServedLearner learner;
+    const Space obs = Space::Box({3}, {-1.f}, {1.f});
+    const Space act = Space::Discrete(4);
+    Client chatty(learner.endpoint(), "chatty");
+    Join(chatty, obs, act);
+    ServeGood(chatty, 0);
+    std::atomic<bool> done{false};
+    std::thread flood([&] {  // one batch after another
+      wire::Envelope beat;
+      beat.mutable_heartbeat();
+      while (!done.load()) (void)chatty.TrySend(beat);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    learner.Stop();
+    done.store(true);
+    flood.join();
+    CHECK(learner.summary()["stop_reason"] == "test done");
+  }
+}
