@@ -245,7 +245,7 @@ std::string Rule::Describe() const {
   if (min && max) return fmt::format("a value in [{}, {}]", *min, *max);
   if (min) return fmt::format("a value {} {}", min_exclusive ? ">" : ">=", *min);
   if (max) return fmt::format("a value <= {}", *max);
-  return "a value";
+  return "a finite number";
 }
 
 Status ParseConfig(const std::string& yaml_text, const std::string& source, FarmConfig* out) {

@@ -196,3 +196,13 @@ TEST_CASE("transport.worker_give_up_s must fit ZeroMQ's millisecond timeout", "[
   CHECK_THAT(s.message(), Catch::Contains("transport.worker_give_up_s: expected a value in (0, 2147483]") &&
                               Catch::Contains("got 10000000"));
 }
+
+TEST_CASE("a non-finite number where any number goes says a finite one was expected", "[config]") {
+  FarmConfig c;
+  auto t = Parse("target_return: .nan\n", &c);
+  REQUIRE_FALSE(t.ok());
+  CHECK_THAT(t.message(), Catch::Contains("target_return: expected a finite number, got '.nan'"));
+  auto o = Parse("env:\n  options: {size: .inf}\n", &c);
+  REQUIRE_FALSE(o.ok());
+  CHECK_THAT(o.message(), Catch::Contains("env.options.size: expected a finite number, got '.inf'"));
+}
