@@ -66,13 +66,18 @@ class Loader {
     Read(Path(key), child, field, rule);
   }
 
-  // Rejects keys that no field claimed.
+  // Rejects keys that no field claimed, and keys given twice (yaml-cpp accepts them, and the first one would
+  // win without a word).
   void Finish() const {
     if (!node_.IsMap()) return;
+    std::vector<std::string> seen;
     for (const auto& kv : node_) {
       const auto key = kv.first.as<std::string>();
       if (std::find(known_.begin(), known_.end(), key) == known_.end())
         throw ConfigError(fmt::format("{}: unknown key; expected one of: {}", Path(key), fmt::join(known_, ", ")));
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw ConfigError(fmt::format("{}: given twice; expected each key once", Path(key)));
+      seen.push_back(key);
     }
   }
 
@@ -132,9 +137,13 @@ class Loader {
       return;
     }
     if (!node.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of name: number, got {}", key, NodeText(node)));
+    std::vector<std::string> seen;
     for (const auto& kv : node) {
       double value = 0;
       const auto name = kv.first.as<std::string>();
+      if (std::find(seen.begin(), seen.end(), name) != seen.end())
+        throw ConfigError(fmt::format("{}.{}: given twice; expected each key once", key, name));
+      seen.push_back(name);
       Read(key + "." + name, kv.second, value, rule);
       field[name] = value;
     }

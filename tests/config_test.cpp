@@ -206,3 +206,16 @@ TEST_CASE("a non-finite number where any number goes says a finite one was expec
   REQUIRE_FALSE(o.ok());
   CHECK_THAT(o.message(), Catch::Contains("env.options.size: expected a finite number, got '.inf'"));
 }
+
+TEST_CASE("a key given twice in one mapping is an error (not the first one silently)", "[config]") {
+  FarmConfig c;
+  auto s = Parse("ppo:\n  lr: 0.001\n  gamma: 0.9\n  lr: 0.5\n", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("test.yaml: ppo.lr: given twice; expected each key once"));
+  auto top = Parse("seed: 1\nenv:\n  num_envs: 4\nseed: 2\n", &c);
+  REQUIRE_FALSE(top.ok());
+  CHECK_THAT(top.message(), Catch::Contains("test.yaml: seed: given twice"));
+  // env.options is a mapping of its own.
+  auto options = Parse("env:\n  options: {size: 1, size: 2}\n", &c);
+  CHECK_FALSE(options.ok());
+}
