@@ -66,13 +66,18 @@ class Loader {
     Read(Path(key), child, field, rule);
   }
 
-  // Rejects keys that no field claimed.
+  // Rejects keys that no field claimed, and keys given twice (yaml-cpp accepts them, and the first one would
+  // win without a word).
   void Finish() const {
     if (!node_.IsMap()) return;
+    std::vector<std::string> seen;
     for (const auto& kv : node_) {
       const auto key = kv.first.as<std::string>();
       if (std::find(known_.begin(), known_.end(), key) == known_.end())
         throw ConfigError(fmt::format("{}: unknown key; expected one of: {}", Path(key), fmt::join(known_, ", ")));
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw ConfigError(fmt::format("{}: given twice; expected each key once", Path(key)));
+      seen.push_back(key);
     }
   }
 
@@ -132,9 +137,13 @@ class Loader {
       return;
     }
     if (!node.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of name: number, got {}", key, NodeText(node)));
+    std::vector<std::string> seen;
     for (const auto& kv : node) {
       double value = 0;
       const auto name = kv.first.as<std::string>();
+      if (std::find(seen.begin(), seen.end(), name) != seen.end())
+        throw ConfigError(fmt::format("{}.{}: given twice; expected each key once", key, name));
+      seen.push_back(name);
       Read(key + "." + name, kv.second, value, rule);
       field[name] = value;
     }
@@ -235,6 +244,9 @@ YAML::Node OverrideNode(const std::string& text) {
   return node;
 }
 
+// The largest transport.worker_give_up_s: its milliseconds must fit in an int (ZMQ_SNDTIMEO).
+constexpr double kMaxWorkerGiveUpS = 2147483;
+
 }  // namespace
 
 std::string Rule::Describe() const {
@@ -242,7 +254,7 @@ std::string Rule::Describe() const {
   if (min && max) return fmt::format("a value in [{}, {}]", *min, *max);
   if (min) return fmt::format("a value {} {}", min_exclusive ? ">" : ">=", *min);
   if (max) return fmt::format("a value <= {}", *max);
-  return "a value";
+  return "a finite number";
 }
 
 Status ParseConfig(const std::string& yaml_text, const std::string& source, FarmConfig* out) {
@@ -284,6 +296,12 @@ Status ValidateConfig(const FarmConfig& c) {
     return Status::InvalidArgument(fmt::format(
         "transport.heartbeat_timeout_s ({}) must exceed twice transport.heartbeat_interval_s ({})",
         c.transport.heartbeat_timeout_s, c.transport.heartbeat_interval_s));
+  // A worker passes it to ZeroMQ as a send timeout in milliseconds, an int: a larger value made it abort at start
+  // ("terminate called after throwing an instance of 'zmq::error_t'").
+  if (c.transport.worker_give_up_s > kMaxWorkerGiveUpS)
+    return Status::InvalidArgument(fmt::format(
+        "transport.worker_give_up_s: expected a value in (0, {}] (seconds, about 24.8 days), got {}", kMaxWorkerGiveUpS,
+        c.transport.worker_give_up_s));
   const auto& d = c.learner.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
     return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));
@@ -301,6 +319,18 @@ Status ValidateConfig(const FarmConfig& c) {
       c.transport.bind.rfind("inproc://", 0) != 0)
     return Status::InvalidArgument(
         fmt::format("transport.bind: expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got '{}'", c.transport.bind));
+  if (c.transport.bind.rfind("tcp://", 0) == 0) {
+    // ZeroMQ would take a port past 65535 modulo 65536 (tcp://127.0.0.1:99999 binds port 34463), and without a
+    // port the address would be refused later as "not a loopback address".
+    const std::string address = c.transport.bind.substr(6);
+    const auto colon = address.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+    if (!(port == "*" || (digits && std::stoi(port) <= 65535)))
+      return Status::InvalidArgument(fmt::format(
+          "transport.bind: expected tcp://HOST:PORT with PORT a number from 0 to 65535 or * (a free port), got '{}'",
+          c.transport.bind));
+  }
   return Status::Ok();
 }
 

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -82,5 +83,26 @@ Status RemoveTree(const std::string& path) {
   }
   return Status::Ok();
 }
+
+Status DirectoryLock::Acquire(const std::string& dir, const std::string& name,
+                              std::unique_ptr<DirectoryLock>* out) {
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open lock file: {}", path, std::strerror(errno)));
+  int rc;
+  do {
+    rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) return Status::IoError(fmt::format("{} is locked by another process", path));
+    return Status::IoError(fmt::format("{}: cannot lock: {}", path, std::strerror(err)));
+  }
+  out->reset(new DirectoryLock(fd));
+  return Status::Ok();
+}
+
+DirectoryLock::~DirectoryLock() { ::close(fd_); }  // releases the flock
 
 }  // namespace farm

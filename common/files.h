@@ -2,6 +2,7 @@
 // the new one, never half of one, even after a crash.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -22,5 +23,21 @@ Status CommitFile(const std::string& tmp, const std::string& path);
 // binds in preference to libstdc++'s and which crashes when called from a program built with another
 // libstdc++ (seen with torch 2.11: a call through a null pointer).
 Status RemoveTree(const std::string& path);
+
+// An exclusive lock on a directory: flock(2) on DIR/NAME (created empty if missing, never removed), held until
+// the object is destroyed or the process ends, however it ends (kill -9 included), so a crashed holder never
+// leaves a stale lock. A second lock on the same directory, from another process or this one, fails at once
+// (IoError, "... is locked by another process"). Threading: not shared; create and destroy it on one thread.
+class DirectoryLock {
+ public:
+  static Status Acquire(const std::string& dir, const std::string& name, std::unique_ptr<DirectoryLock>* out);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  explicit DirectoryLock(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 }  // namespace farm

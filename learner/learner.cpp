@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -35,6 +36,7 @@
 
 #include "common/channel.h"
 #include "common/curve.h"
+#include "common/files.h"
 #include "common/log_limit.h"
 #include "common/protobuf_log.h"
 #include "common/resources.h"
@@ -203,6 +205,7 @@ struct Learner::Impl {
 
   FarmConfig config;
   std::string run_dir;
+  std::unique_ptr<DirectoryLock> run_dir_lock;  // run_dir/learner.lock, held for this learner's life
   std::string endpoint;
   torch::Device device{torch::kCPU};
   Precision precision = Precision::kFp32;
@@ -221,6 +224,8 @@ struct Learner::Impl {
   std::thread io_thread;
   std::thread trainer_thread;
   std::atomic<bool> stop_requested{false};
+  std::mutex stop_request_mutex;
+  std::string stop_request_reason;  // RequestStop's reason, set (under the mutex) before stop_requested
   // Set when Run stops serving: the I/O thread then drops what arrives and no longer counts or reports the
   // connections that close as workers leave.
   std::atomic<bool> shutting_down{false};
@@ -316,7 +321,12 @@ void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason
 void Learner::TEST_FailNextBatch() { impl_->fail_next_batch.store(true); }
 
 void Learner::Impl::RequestStop(const std::string& reason) {
-  if (stop_requested.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(stop_request_mutex);
+    if (stop_requested.load()) return;
+    stop_request_reason = reason;
+    stop_requested.store(true);
+  }
   Work w;
   w.kind = Work::Kind::kStop;
   w.reason = reason;
@@ -370,7 +380,7 @@ Status Learner::Impl::Init() {
     if (auto s = FindLatestValidCheckpoint(run_dir + "/checkpoints", &latest, &skipped); !s.ok())
       return Status::NotFound(fmt::format("learner.resume: nothing to resume in run_dir '{}': {}{}", run_dir,
                                           s.message(), skipped.empty() ? "" : " (" + skipped.front() + ")"));
-  } else if (!ListCheckpoints(run_dir + "/checkpoints").empty()) {
+  } else if (!config.run_dir.empty() && !ListCheckpoints(run_dir + "/checkpoints").empty()) {
     // A new run would write checkpoints with low update counts next to the old run's, which the keep-newest
     // pruning would then delete at once.
     return Status::InvalidArgument(fmt::format(
@@ -386,15 +396,6 @@ Status Learner::Impl::Init() {
     if (auto s = LoadPolicy(config.learner.init_from, &probe, &saved, nullptr, &path); !s.ok())
       return Status::InvalidArgument("learner.init_from: " + s.message());
   }
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir + "/checkpoints", ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
-  // Resuming, config.yaml is rewritten once the checkpoint has loaded (OnHello): a failed resume leaves it.
-  if (!config.learner.resume)
-    if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok()) return s;
-  if (auto s = metrics.Open(run_dir + "/metrics.jsonl"); !s.ok()) return s;
-  if (auto s = TensorBoardWriter::Open(run_dir + "/tb", &tensorboard); !s.ok()) return s;
-
   if (curve) {
     // The ZAP handler must be bound before the router: libzmq admits every CURVE client while none is.
     if (auto s = ZapAuthenticator::Start(ctx, curve->authorized, &zap); !s.ok()) return s;
@@ -403,11 +404,39 @@ Status Learner::Impl::Init() {
   } else if (!IsLoopbackEndpoint(config.transport.bind)) {
     spdlog::warn("transport.insecure: {} admits any worker, unencrypted", config.transport.bind);
   }
+  // Bound before the run directory is touched: a learner that cannot bind (the port in use) leaves nothing behind.
   try {
     router = MakeRouter(ctx, config.transport, &endpoint, curve ? &curve->own : nullptr);
   } catch (const zmq::error_t& e) {
     return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
   }
+  std::error_code ec;
+  if (config.run_dir.empty() && !config.learner.resume) {
+    // The default directory is named to the second: a second run started within it gets "-2", "-3", ... rather
+    // than the same directory. mkdir decides, so two learners starting at once cannot both take one name.
+    const std::string parent = std::filesystem::path(run_dir).parent_path().string();
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", parent, ec.message()));
+    const std::string base = run_dir;
+    for (int n = 2; !std::filesystem::create_directory(run_dir, ec); ++n) {
+      if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
+      run_dir = fmt::format("{}-{}", base, n);
+    }
+  }
+  std::filesystem::create_directories(run_dir + "/checkpoints", ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", run_dir, ec.message()));
+  // One learner per run directory, held until this process ends: a second one (the same run_dir, or --resume of
+  // a run that is still going) would interleave checkpoints, metrics and config.yaml with this one's.
+  if (auto s = DirectoryLock::Acquire(run_dir, "learner.lock", &run_dir_lock); !s.ok())
+    return Status::InvalidArgument(fmt::format(
+        "run_dir '{}' is in use by another farm-learner ({}): wait for it to stop, or choose another run_dir",
+        run_dir, s.message()));
+  // Resuming, config.yaml is rewritten once the checkpoint has loaded (OnHello): a failed resume leaves it.
+  if (!config.learner.resume)
+    if (auto s = WriteFileAtomic(run_dir + "/config.yaml", DumpConfig(config)); !s.ok()) return s;
+  if (auto s = metrics.Open(run_dir + "/metrics.jsonl"); !s.ok()) return s;
+  if (auto s = TensorBoardWriter::Open(run_dir + "/tb", &tensorboard); !s.ok()) return s;
+
   // Connections the ROUTER closes: a worker that left, or one that sent more than transport.max_message_bytes
   // (ZeroMQ drops such a peer rather than deliver part of a message).
   const std::string events_endpoint = fmt::format("inproc://farm-router-events-{}", static_cast<const void*>(this));
@@ -1186,8 +1215,10 @@ void Learner::Impl::CheckStop() {
       stopping = true;
       stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
     } else if (stop_requested.load()) {
+      // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch): its reason.
       stopping = true;
-      stop_reason = "stop requested";
+      std::lock_guard<std::mutex> lock(stop_request_mutex);
+      stop_reason = stop_request_reason;
     }
   }
 }

@@ -3,7 +3,8 @@
 # on this machine: the learner starts here, each "host" starts its workers,
 # and the run ends with every process gone. Overrides with spaces, quotes and
 # shell characters reach every farm-worker as one argument each, unchanged by
-# the remote shell (a stand-in build directory records the workers' arguments).
+# the remote shell (a stand-in build directory records the workers' arguments), and a CONFIG given relative
+# to the directory the cluster was started from reaches them as a path they can open.
 # Usage: cluster_test.sh BUILD_DIR
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
@@ -32,10 +33,14 @@ printf 'alpha 1\n# a comment\nbeta 2\n' > "$tmp/hosts"
 # Split by the remote shell, either override would break the worker's config ("env.options={" is no YAML).
 spaced='env.options={ }'
 odd="name=cluster run 'q' \$HOME;x"
-FARM_SSH="$tmp/fake-ssh" FARM_LEARNER_HOST=127.0.0.1 FARM_BUILD_DIR="$tmp/build" FARM_SKIP_BUILD=1 \
-  "$root/scripts/farm" cluster "$tmp/hosts" "$root/configs/cartpole.yaml" --port $((20000 + $$ % 20000)) \
+# Started from another directory with a CONFIG relative to it: the hosts, which run from the checkout's root,
+# must still find it.
+mkdir "$tmp/cwd"
+cp "$root/configs/cartpole.yaml" "$tmp/cwd/my-config.yaml"
+(cd "$tmp/cwd" && FARM_SSH="$tmp/fake-ssh" FARM_LEARNER_HOST=127.0.0.1 FARM_BUILD_DIR="$tmp/build" FARM_SKIP_BUILD=1 \
+  "$root/scripts/farm" cluster "$tmp/hosts" my-config.yaml --port $((20000 + $$ % 20000)) \
   --set total_env_steps=20000 --set stop_at_target=false --set "run_dir=$tmp/run" \
-  --set learner.progress_interval_s=100 --set "$spaced" --set "$odd"
+  --set learner.progress_interval_s=100 --set "$spaced" --set "$odd")
 python3 - "$tmp/run/summary.json" "$tmp/hosts-seen" "$tmp" "$spaced" "$odd" <<'PY'
 import glob, json, os, sys
 s = json.load(open(sys.argv[1]))

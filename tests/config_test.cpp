@@ -166,3 +166,56 @@ TEST_CASE("the dumped config parses back to the same values", "[config]") {
   CHECK(!back.target_return);
   CHECK(farm::DumpConfig(back) == text);
 }
+
+TEST_CASE("transport.bind needs a port from 0 to 65535 or *", "[config]") {
+  for (const char* good : {"tcp://127.0.0.1:*", "tcp://0.0.0.0:5555", "tcp://[::1]:65535", "tcp://eth0:0",
+                           "ipc:///tmp/farm.sock", "inproc://x"}) {
+    FarmConfig c;
+    c.transport.bind = good;
+    CHECK(farm::ValidateConfig(c).ok());
+  }
+  // ZeroMQ binds port 99999 as 34463; without a port the address used to be refused as "not a loopback address".
+  for (const char* bad : {"tcp://127.0.0.1:99999", "tcp://127.0.0.1", "tcp://[::1]", "tcp://127.0.0.1:", "tcp://h:5x",
+                          "tcp://h:-1", "tcp://h:1234567"}) {
+    FarmConfig c;
+    c.transport.bind = bad;
+    const auto s = farm::ValidateConfig(c);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("transport.bind: expected tcp://HOST:PORT with PORT a number from 0 to "
+                                            "65535 or * (a free port), got '" + std::string(bad) + "'"));
+  }
+}
+
+TEST_CASE("transport.worker_give_up_s must fit ZeroMQ's millisecond timeout", "[config]") {
+  FarmConfig c;
+  c.transport.worker_give_up_s = 2147483;  // 2^31 - 1 ms, rounded down to whole seconds
+  CHECK(farm::ValidateConfig(c).ok());
+  REQUIRE(farm::LoadConfig("", {"transport.worker_give_up_s=1e7"}, &c).code() ==
+          farm::Status::Code::kInvalidArgument);
+  const auto s = farm::ValidateConfig(c);
+  CHECK_THAT(s.message(), Catch::Contains("transport.worker_give_up_s: expected a value in (0, 2147483]") &&
+                              Catch::Contains("got 10000000"));
+}
+
+TEST_CASE("a non-finite number where any number goes says a finite one was expected", "[config]") {
+  FarmConfig c;
+  auto t = Parse("target_return: .nan\n", &c);
+  REQUIRE_FALSE(t.ok());
+  CHECK_THAT(t.message(), Catch::Contains("target_return: expected a finite number, got '.nan'"));
+  auto o = Parse("env:\n  options: {size: .inf}\n", &c);
+  REQUIRE_FALSE(o.ok());
+  CHECK_THAT(o.message(), Catch::Contains("env.options.size: expected a finite number, got '.inf'"));
+}
+
+TEST_CASE("a key given twice in one mapping is an error (not the first one silently)", "[config]") {
+  FarmConfig c;
+  auto s = Parse("ppo:\n  lr: 0.001\n  gamma: 0.9\n  lr: 0.5\n", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("test.yaml: ppo.lr: given twice; expected each key once"));
+  auto top = Parse("seed: 1\nenv:\n  num_envs: 4\nseed: 2\n", &c);
+  REQUIRE_FALSE(top.ok());
+  CHECK_THAT(top.message(), Catch::Contains("test.yaml: seed: given twice"));
+  // env.options is a mapping of its own.
+  auto options = Parse("env:\n  options: {size: 1, size: 2}\n", &c);
+  CHECK_FALSE(options.ok());
+}

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -58,4 +59,20 @@ TEST_CASE("WriteFileAtomic writes a path without a directory part (the directory
   const Status s = WriteFileAtomic("/nonexistent-farm-dir/x.txt", "x");
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("/nonexistent-farm-dir/x.txt.tmp"));
+}
+
+TEST_CASE("DirectoryLock: one holder at a time, released when destroyed", "[files]") {
+  const fs::path dir = fs::temp_directory_path() / ("farm-files-lock-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::unique_ptr<DirectoryLock> first, second;
+  REQUIRE(DirectoryLock::Acquire(dir.string(), "x.lock", &first).ok());
+  const Status busy = DirectoryLock::Acquire(dir.string(), "x.lock", &second);
+  REQUIRE_FALSE(busy.ok());
+  CHECK(second == nullptr);
+  CHECK_THAT(busy.message(), Catch::Contains("x.lock is locked by another process"));
+  first.reset();
+  CHECK(DirectoryLock::Acquire(dir.string(), "x.lock", &second).ok());
+  second.reset();
+  CHECK_FALSE(DirectoryLock::Acquire((dir / "missing").string(), "x.lock", &second).ok());
+  REQUIRE(RemoveTree(dir.string()).ok());
 }

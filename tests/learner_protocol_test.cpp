@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <future>
 #include <limits>
@@ -761,4 +762,107 @@ TEST_CASE("a multi-agent worker's global states reach the centralised critic; st
   CHECK(s["num_agents"].get<int>() == 3);
   CHECK(s["num_envs"].get<int>() == 4);
   CHECK(s["episodes"].get<int>() == 1);
+}
+
+TEST_CASE("two learners never share a run directory", "[learner][run_dir]") {
+  const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("farm-protocol-run-dir-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  FarmConfig config;
+  config.learner.train = false;
+  config.learner.progress_interval_s = 3600;
+
+  SECTION("a run_dir in use (a new run, or --resume of a live one) is refused, naming it") {
+    config.run_dir = (base / "run").string();
+    std::unique_ptr<Learner> first, second;
+    REQUIRE(Learner::Create(config, &first).ok());
+    const Status s = Learner::Create(config, &second);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("run_dir '" + config.run_dir + "' is in use by another farm-learner"));
+    first.reset();  // gone (as after a crash: the lock goes with the process): the directory is free again
+    CHECK(Learner::Create(config, &second).ok());
+  }
+  SECTION("default run directories are distinct even within one second") {
+    // runs/<name>-<timestamp> is named to the second: take every name of the next half minute beforehand.
+    const auto old_cwd = std::filesystem::current_path();
+    std::filesystem::current_path(base);
+    std::vector<std::string> taken;
+    const std::time_t now = std::time(nullptr);
+    for (std::time_t t = now - 1; t <= now + 30; ++t) {
+      std::tm tm{};
+      localtime_r(&t, &tm);
+      char stamp[32];
+      std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+      taken.push_back(std::string("runs/collide-") + stamp);
+      std::filesystem::create_directories(taken.back());
+    }
+    config.name = "collide";
+    std::unique_ptr<Learner> first, second;
+    const Status s1 = Learner::Create(config, &first);
+    const Status s2 = Learner::Create(config, &second);
+    std::filesystem::current_path(old_cwd);
+    REQUIRE(s1.ok());
+    REQUIRE(s2.ok());
+    CHECK(first->run_dir() != second->run_dir());
+    CHECK(std::find(taken.begin(), taken.end(), first->run_dir()) == taken.end());
+    CHECK(std::find(taken.begin(), taken.end(), second->run_dir()) == taken.end());
+  }
+  (void)RemoveTree(base.string());
+}
+
+TEST_CASE("a learner that cannot bind its port says so and leaves no run directory", "[learner][run_dir]") {
+  const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("farm-protocol-port-busy-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  zmq::context_t ctx;
+  zmq::socket_t holder(ctx, zmq::socket_type::router);  // holds the port
+  holder.set(zmq::sockopt::linger, 0);
+  holder.bind("tcp://127.0.0.1:*");
+  const std::string busy = holder.get(zmq::sockopt::last_endpoint);
+  FarmConfig config;
+  config.learner.train = false;
+  config.transport.bind = busy;
+  std::unique_ptr<Learner> learner;
+
+  config.run_dir = (base / "run").string();
+  const Status s = Learner::Create(config, &learner);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("transport.bind: cannot bind " + busy));
+  CHECK_THAT(s.message(), Catch::Contains("Address already in use"));
+  CHECK_FALSE(std::filesystem::exists(config.run_dir));
+
+  // The default run directory (runs/<name>-<timestamp>) is not created either.
+  config.run_dir.clear();
+  const auto old_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(base);
+  const Status s2 = Learner::Create(config, &learner);
+  std::filesystem::current_path(old_cwd);
+  CHECK_FALSE(s2.ok());
+  CHECK_FALSE(std::filesystem::exists(base / "runs"));
+  (void)RemoveTree(base.string());
+}
+
+TEST_CASE("a busy learner stops with the reason RequestStop was given", "[learner][protocol]") {
+  // The reason is what summary.json's stop_reason and the log show for a Ctrl-C ("interrupted (SIGINT)"). A learner
+  // that checks for a stop after every batch used to see the request before the queued stop item that carries
+  // its reason, and recorded "stop requested".
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    ServedLearner learner;
+    const Space obs = Space::Box({3}, {-1.f}, {1.f});
+    const Space act = Space::Discrete(4);
+    Client chatty(learner.endpoint(), "chatty");
+    Join(chatty, obs, act);
+    ServeGood(chatty, 0);
+    std::atomic<bool> done{false};
+    std::thread flood([&] {  // one batch after another
+      wire::Envelope beat;
+      beat.mutable_heartbeat();
+      while (!done.load()) (void)chatty.TrySend(beat);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    learner.Stop();
+    done.store(true);
+    flood.join();
+    CHECK(learner.summary()["stop_reason"] == "test done");
+  }
 }
