@@ -32,6 +32,10 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_signal) : on_signal_(st
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction hup {};
+  sigaction(SIGHUP, nullptr, &hup);
+  watch_hangup_ = hup.sa_handler != SIG_IGN;  // under nohup, a hang-up is not a reason to stop
+  if (watch_hangup_) sigaction(SIGHUP, &sa, nullptr);
   thread_ = std::thread([this] {
     using Clock = std::chrono::steady_clock;
     std::optional<Clock::time_point> first;
@@ -55,6 +59,7 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_signal) : on_signal_(st
 SignalWatcher::~SignalWatcher() {
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  if (watch_hangup_) signal(SIGHUP, SIG_DFL);
   g_write_fd = -1;
   const unsigned char quit = 0;
   (void)!::write(pipe_[1], &quit, 1);

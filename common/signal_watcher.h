@@ -1,10 +1,12 @@
-// SignalWatcher: turns SIGINT/SIGTERM into a callback on an ordinary thread,
-// where it may lock mutexes and log (a signal handler may do neither).
+// SignalWatcher: turns SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh
+// session) into a callback on an ordinary thread, where it may lock mutexes
+// and log (a signal handler may do neither). A SIGHUP ignored when the watcher
+// is made (`nohup`) stays ignored.
 // The handler only writes the signal number to a pipe that the watcher
 // thread reads, so it works whichever thread the kernel delivers the signal
 // to (libraries such as OpenBLAS start threads before main).
 //
-// Any further SIGINT or SIGTERM at least kForceAfter after the first one ends
+// Any further signal of these at least kForceAfter after the first one ends
 // the process as that signal does by default, without the callback: a second
 // Ctrl-C gets out of a shutdown that is stuck. (One sooner is passed on: a
 // launcher's SIGTERM right after the terminal's SIGINT must not cut the final
@@ -31,6 +33,7 @@ class SignalWatcher {
 
  private:
   std::function<void(int)> on_signal_;
+  bool watch_hangup_ = false;  // SIGHUP was not ignored at construction
   int pipe_[2] = {-1, -1};
   std::thread thread_;
 };

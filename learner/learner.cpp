@@ -225,7 +225,7 @@ struct Learner::Impl {
   std::thread trainer_thread;
   std::atomic<bool> stop_requested{false};
   std::mutex stop_request_mutex;
-  std::string stop_request_reason;  // RequestStop's reason, set (under the mutex) before stop_requested
+  std::string stop_request_reason;  // GUARDED_BY(stop_request_mutex): RequestStop's reason, set before stop_requested
   // Set when Run stops serving: the I/O thread then drops what arrives and no longer counts or reports the
   // connections that close as workers leave.
   std::atomic<bool> shutting_down{false};

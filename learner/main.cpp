@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
   std::atomic<bool> early_stop{false};           // a signal before the learner existed
   farm::SignalWatcher watcher([&](int sig) {
     if (auto* l = running.load()) {
-      l->RequestStop(sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
+      l->RequestStop(sig == SIGINT    ? "interrupted (SIGINT)"
+                     : sig == SIGHUP ? "hung up (SIGHUP: the terminal or session closed)"
+                                     : "terminated (SIGTERM)");
     } else {
       early_stop.store(true);
     }

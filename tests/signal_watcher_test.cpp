@@ -61,3 +61,32 @@ TEST_CASE("a repeat well after the first signal ends a process whose stop is stu
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGINT);
 }
+
+TEST_CASE("a hang-up stops like SIGTERM, unless SIGHUP was ignored (nohup)", "[signal]") {
+  const int status = InChild([] {
+    std::atomic<int> seen{0};
+    {
+      SignalWatcher watcher([&](int sig) { seen.store(sig); });
+      std::raise(SIGHUP);  // a process without the watcher would end here
+      for (int i = 0; seen.load() == 0 && i < 1000; ++i) SleepFor(std::chrono::milliseconds(10));
+    }
+    ::_exit(seen.load() == SIGHUP ? 7 : 8);
+  });
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 7);
+
+  const int ignored = InChild([] {
+    std::signal(SIGHUP, SIG_IGN);
+    {
+      SignalWatcher watcher([](int) { ::_exit(8); });
+      struct sigaction now {};
+      sigaction(SIGHUP, nullptr, &now);
+      if (now.sa_handler != SIG_IGN) ::_exit(9);
+    }
+    struct sigaction after {};
+    sigaction(SIGHUP, nullptr, &after);
+    ::_exit(after.sa_handler == SIG_IGN ? 7 : 10);  // still ignored once the watcher is gone
+  });
+  REQUIRE(WIFEXITED(ignored));
+  CHECK(WEXITSTATUS(ignored) == 7);
+}
