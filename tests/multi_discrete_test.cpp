@@ -162,6 +162,7 @@ TEST_CASE("TrajectoryStore keeps K int64 actions per multi-discrete step", "[mul
 
 TEST_CASE("multi-discrete update: the fused CPU path takes it under auto (tests/ppo_fused_test holds it to LibTorch's)",
           "[multi_discrete]") {
+  torch::manual_seed(13);
   ActorCritic net(Space::Box({4}, {-1}, {1}), Space::MultiDiscrete({2, 3}), std::vector<int>{8});
   PpoConfig config;
   PpoTrainer automatic(net, config, 1);
