@@ -218,6 +218,7 @@ TEST_CASE("LossScaler: disabled is the identity", "[amp]") {
 }
 
 TEST_CASE("LossScaler: state round trips through an archive and a checkpoint", "[amp]") {
+  torch::manual_seed(61);
   LossScaler scaler(Opts(1024, /*growth_interval=*/5));
   std::vector<torch::Tensor> params = {Param({0}, {0})};
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
@@ -281,6 +282,7 @@ TEST_CASE("LossScaler: state round trips through an archive and a checkpoint", "
 }
 
 TEST_CASE("AutocastGuard on the CPU with bf16", "[amp]") {
+  torch::manual_seed(62);
   const torch::Device cpu(torch::kCPU);
   const torch::Tensor a = torch::randn({4, 8});
   const torch::Tensor b = torch::randn({8, 3});
@@ -549,6 +551,7 @@ TEST_CASE("PPO in bf16 on the CPU: continuous target matching", "[amp][ppo]") {
 }
 
 TEST_CASE("PpoTrainer refuses fp16 on the CPU and reports scaler stats", "[amp][ppo]") {
+  torch::manual_seed(63);
   ActorCritic net(Space::Box({4}, {-1}, {1}), Space::Discrete(2), std::vector<int>{8});
   REQUIRE_THROWS_AS(PpoTrainer(net, PpoConfig(), 1, Precision::kFp16), std::invalid_argument);
   PpoTrainer bf16(net, PpoConfig(), 1, Precision::kBf16);
@@ -643,6 +646,7 @@ TEST_CASE("CUDA: LossScaler fused path (overflow, unscale, growth)", "[amp][cuda
 }
 
 TEST_CASE("CUDA: fp16 autocast and PPO with loss scaling learns the bandit", "[amp][cuda][ppo]") {
+  torch::manual_seed(64);
   if (!torch::cuda::is_available()) {
     WARN("no CUDA device: skipped");
     return;

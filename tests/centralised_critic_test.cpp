@@ -7,6 +7,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -388,8 +389,22 @@ TEST_CASE("TorchScript export of a cnn actor with a centralised critic matches A
   INFO(s.message());
   REQUIRE(s.ok());
   torch::jit::Module module = torch::jit::load(path);
-  // Only the actor travels: no critic, no state.
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) CHECK(p.name.find("critic") == std::string::npos);
+  // Only the actor travels: the module holds every parameter of the actor and its encoder, and nothing else
+  // (the module names its parameters w0, conv0_w, ..., so a name says nothing of where one came from).
+  std::vector<torch::Tensor> actor;
+  for (const auto& item : policy->named_parameters())
+    if (item.key().rfind("actor.", 0) == 0 || item.key().rfind("actor_encoder.", 0) == 0) actor.push_back(item.value());
+  // conv, conv, linear (to the first hidden size); linear, linear; a weight and a bias each.
+  REQUIRE(actor.size() == 5 * 2);
+  std::size_t exported = 0;
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    INFO("exported parameter " << p.name);
+    ++exported;
+    CHECK(std::any_of(actor.begin(), actor.end(), [&](const torch::Tensor& a) {
+      return a.sizes() == p.value.sizes() && torch::equal(a, p.value);
+    }));
+  }
+  CHECK(exported == actor.size());
   const torch::Tensor o = torch::rand({64, 5, 7, 7});
   c10::InferenceMode guard;
   const torch::Tensor expected = policy->Act(o, /*deterministic=*/true).action;

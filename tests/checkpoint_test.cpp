@@ -19,6 +19,7 @@
 using namespace farm;
 
 TEST_CASE("checkpoints keep the newest K and a corrupt one is passed over", "[checkpoint]") {
+  torch::manual_seed(12);
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("farm-ckpt-test-" + std::to_string(::getpid()))).string();
   (void)RemoveTree(dir);  // not std::filesystem::remove_all: see RemoveTree

@@ -6,11 +6,8 @@
 # the remote shell (a stand-in build directory records the workers' arguments), and a CONFIG given relative
 # to the directory the cluster was started from reaches them as a path they can open.
 # Usage: cluster_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
 # The real farm-learner; a farm-worker that writes its arguments (NUL-separated) and runs the real one.
 mkdir -p "$tmp/build/learner" "$tmp/build/worker"
 ln -s "$build_dir/learner/farm-learner" "$tmp/build/learner/farm-learner"
@@ -38,7 +35,7 @@ odd="name=cluster run 'q' \$HOME;x"
 mkdir "$tmp/cwd"
 cp "$root/configs/cartpole.yaml" "$tmp/cwd/my-config.yaml"
 (cd "$tmp/cwd" && FARM_SSH="$tmp/fake-ssh" FARM_LEARNER_HOST=127.0.0.1 FARM_BUILD_DIR="$tmp/build" FARM_SKIP_BUILD=1 \
-  "$root/scripts/farm" cluster "$tmp/hosts" my-config.yaml --port $((20000 + $$ % 20000)) \
+  "$root/scripts/farm" cluster "$tmp/hosts" my-config.yaml --port "$(free_port)" \
   --set total_env_steps=20000 --set stop_at_target=false --set "run_dir=$tmp/run" \
   --set learner.progress_interval_s=100 --set "$spaced" --set "$odd")
 python3 - "$tmp/run/summary.json" "$tmp/hosts-seen" "$tmp" "$spaced" "$odd" <<'PY'
@@ -56,7 +53,8 @@ for a in args:
         assert want in sets, (want, a)
 print("ok: cluster of", hosts, "with", s["workers"], "workers; overrides intact:", sys.argv[4:])
 PY
-sleep 1
-if pgrep -f "farm-worker.*$tmp" >/dev/null || pgrep -f "farm-learner.*$tmp" >/dev/null; then
-  echo "orphan processes left behind"; exit 1
-fi
+# Every process of the run goes, the workers on the learner's Stop: within 10 s (a worker that missed its Stop
+# would reconnect for transport.heartbeat_timeout_s + worker_give_up_s, over a minute).
+orphans() { pgrep -f "farm-worker.*$tmp" || pgrep -f "farm-learner.*$tmp"; }
+no_orphans() { ! orphans > /dev/null; }
+wait_until 10 no_orphans || fail "orphan processes left behind: $(orphans | tr '\n' ' ')"

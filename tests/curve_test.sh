@@ -7,21 +7,11 @@
 # tcp://0.0.0.0 without transport.curve or transport.insecure is refused with a message naming
 # both, and leaves no run directory; with transport.insecure=true the learner starts.
 # Usage: curve_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
-root="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/lib.sh"
 learner_bin="$build_dir/learner/farm-learner"
 worker_bin="$build_dir/worker/farm-worker"
 config="$root/configs/cartpole.yaml"
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 farm() { FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 "$root/scripts/farm" "$@"; }
 # wait_endpoint PID FILE: until the learner PID has written FILE.
 wait_endpoint() {

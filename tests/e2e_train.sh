@@ -5,14 +5,12 @@
 # With E2E_OBS_SHAPE set (a JSON list, e.g. [16]) it also requires that the learner built its policy
 # for that observation shape (run_dir/policy_spec.json) and that farm-eval, which builds its envs from
 # the run's config as the workers do, evaluates the run's checkpoint.
-set -euo pipefail
 build_dir="$1" mode="$2" seed="$3"
 shift 3
+source "$(dirname "$0")/lib.sh"
 extra=()
 for kv in "$@"; do extra+=(--set "$kv"); done
-root="$(cd "$(dirname "$0")/.." && pwd)"
-run_dir="$(mktemp -d)"
-trap 'rm -rf "$run_dir"' EXIT
+run_dir="$tmp/run"
 
 FARM_BUILD_DIR="$build_dir" "$root/scripts/farm" run "$root/configs/cartpole.yaml" --workers 2 \
   --set mode="$mode" --set seed="$seed" --set total_env_steps=400000 --set run_dir="$run_dir" \

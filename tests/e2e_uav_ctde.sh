@@ -6,11 +6,9 @@
 # env and agent steps apart; it does not check learning (see docs/ENVIRONMENTS.md
 # for a real run). Bounded to well under a minute on two cores.
 # Usage: e2e_uav_ctde.sh BUILD_DIR
-set -euo pipefail
 build_dir="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-run_dir="$(mktemp -d)"
-trap 'rm -rf "$run_dir"' EXIT
+source "$(dirname "$0")/lib.sh"
+run_dir="$tmp/run"
 
 # 3 UAVs on a 10 x 10 map, 40-step episodes: 4 envs per worker are 12 agent rows; 8 steps per rollout.
 env_options="env.options={agents: 3, grid: 10, obstacles: 6, window: 5, max_steps: 40}"

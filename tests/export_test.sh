@@ -3,13 +3,8 @@
 # steps, evaluates 5 episodes, exports TorchScript and checks in Python that
 # torch.jit.load's module gives the C++ policy's actions exactly.
 # Usage: export_test.sh BUILD_DIR. Needs python3-torch (Debian package).
-set -euo pipefail
 build_dir="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { printf 'export_test: FAIL: %s\n' "$*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 # A python3 that can import torch: the one on PATH, else Debian's (a pyenv or venv python3 on PATH does not
 # see Debian's dist-packages).

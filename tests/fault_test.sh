@@ -3,22 +3,18 @@
 # the silence (heartbeats), drops that worker's partial trajectories, and the
 # run still reaches its target with the two others.
 # Usage: fault_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-trap 'pkill -f "run_dir=$tmp/run" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
 FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 "$root/scripts/farm" run "$root/configs/cartpole.yaml" --workers 3 \
   --set seed=5 --set total_env_steps=600000 --set "run_dir=$tmp/run" --set learner.progress_interval_s=1 \
   --set transport.heartbeat_interval_s=0.2 --set transport.heartbeat_timeout_s=1.5 > "$tmp/log" 2>&1 &
 farm=$!
-# Kill a worker once training is under way (a few updates in).
-for _ in $(seq 300); do
-  [ -f "$tmp/run/metrics.jsonl" ] && [ "$(wc -l < "$tmp/run/metrics.jsonl")" -ge 5 ] && break
-  sleep 0.1
-done
-victim="$(pgrep -f "farm-worker.*run_dir=$tmp/run.*--index 0" | head -1)"
-[ -n "$victim" ] || { echo "no worker to kill"; cat "$tmp/log"; exit 1; }
+pids+=("$farm")  # on exit, TERM: the launcher stops its learner and workers
+# Kill a worker once training is under way (a few updates in), and before the run is solved.
+wait_until 60 has_rows "$tmp/run/metrics.jsonl" 5 || { cat "$tmp/log"; fail "training did not get under way"; }
+victim="$(pgrep -P "$farm" -f "farm-worker.*--index 0" | head -1)"
+[ -n "$victim" ] || { cat "$tmp/log"; fail "no worker to kill"; }
+! grep -q "stopping:" "$tmp/log" || { cat "$tmp/log"; fail "the run ended before a worker could be killed"; }
 kill -9 "$victim"
 echo "killed worker pid $victim"
 wait "$farm" || { echo "farm run failed"; tail -30 "$tmp/log"; exit 1; }
@@ -35,4 +31,4 @@ steps = [r["env_steps"] for r in rows]
 assert steps == sorted(steps) and steps[-1] > steps[4], "the step counter kept rising"
 print("ok: lost 1 worker, solved at", s["solved_at_steps"], "steps")
 PY
-grep -q "dropped worker" "$tmp/log" || { echo "the learner did not report the dropped worker"; exit 1; }
+grep -q "dropped worker" "$tmp/log" || fail "the learner did not report the dropped worker"

@@ -19,10 +19,15 @@
 #include "worker/env.h"
 #include "worker/env_group.h"
 #include "worker/worker_client.h"
+#include "tests/env_test_util.h"
 #include "tests/stand_in_learner.h"
 
 namespace farm {
 namespace {
+
+using testing::Floats;
+using testing::MakeGroup;
+using testing::ShapeOf;
 
 // ---------------------------------------------------------------------------
 // A test-only env whose observations say where they come from: agent a at step t of its env's episode e
@@ -85,20 +90,6 @@ FARM_REGISTER_ENV("TestFrames-v0", FramesDefaults(), FramesSpec, [](const EnvOpt
   return std::make_unique<FramesEnv>(static_cast<int>(o.at("agents")), o.at("scalar") != 0);
 });
 
-std::unique_ptr<EnvGroup> Make(const std::string& name, const EnvOptions& options, int n, uint64_t seed, int k) {
-  std::unique_ptr<EnvGroup> group;
-  EnvGroupOptions group_options;
-  group_options.frame_stack = k;
-  const Status s = EnvGroup::Create(name, options, n, seed, group_options, &group);
-  INFO(s.ToString());
-  REQUIRE(s.ok());
-  return group;
-}
-
-std::vector<float> Floats(const float* p, int64_t n) { return std::vector<float>(p, p + n); }
-
-std::vector<int64_t> Shape(const wire::Tensor& t) { return std::vector<int64_t>(t.shape().begin(), t.shape().end()); }
-
 std::vector<float> Concat(const std::vector<std::vector<float>>& parts) {
   std::vector<float> out;
   for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
@@ -138,8 +129,8 @@ struct RandomActions {
 // (terminated, truncated) env endings seen, so callers can require that both happened.
 std::pair<int, int> CheckAgainstUnstacked(const std::string& name, const EnvOptions& options, int n, int k, int steps,
                                           uint64_t seed) {
-  auto stacked = Make(name, options, n, seed, k);
-  auto plain = Make(name, options, n, seed, 1);
+  auto stacked = MakeGroup(name, options, n, seed, k);
+  auto plain = MakeGroup(name, options, n, seed, 1);
   const int64_t frame = plain->obs_numel();
   const int rows = plain->rows();
   REQUIRE(stacked->rows() == rows);
@@ -205,7 +196,7 @@ std::pair<int, int> CheckAgainstUnstacked(const std::string& name, const EnvOpti
 
 TEST_CASE("FrameStack: the stacked spec multiplies the first axis and repeats the bounds", "[framestack]") {
   SECTION("a vector [3] becomes [k * 3]") {
-    auto g = Make("TestFrames-v0", {}, 2, 1, 4);
+    auto g = MakeGroup("TestFrames-v0", {}, 2, 1, 4);
     CHECK(g->frame_stack() == 4);
     CHECK(g->env_spec().observation.shape == std::vector<int64_t>{3});
     CHECK(g->spec().observation.shape == std::vector<int64_t>{12});
@@ -220,14 +211,14 @@ TEST_CASE("FrameStack: the stacked spec multiplies the first axis and repeats th
     CHECK(g->spec().name == "TestFrames-v0");
   }
   SECTION("a scalar (rank 0) becomes [k]") {
-    auto g = Make("TestFrames-v0", {{"scalar", 1}}, 1, 1, 3);
+    auto g = MakeGroup("TestFrames-v0", {{"scalar", 1}}, 1, 1, 3);
     CHECK(g->env_spec().observation.shape.empty());
     CHECK(g->spec().observation.shape == std::vector<int64_t>{3});
     CHECK(g->spec().observation.low == std::vector<float>(3, -1.0f));
   }
   SECTION("a map [C, H, W] becomes [k * C, H, W], channels first; the global state keeps its space") {
     const EnvOptions options = {{"agents", 3}, {"grid", 8}, {"obstacles", 4}, {"window", 5}};
-    auto g = Make("uav_coverage", options, 1, 1, 2);
+    auto g = MakeGroup("uav_coverage", options, 1, 1, 2);
     const auto& frame = g->env_spec().observation;
     REQUIRE(frame.shape == std::vector<int64_t>{5, 5, 5});
     CHECK(g->spec().observation.shape == std::vector<int64_t>{10, 5, 5});
@@ -240,7 +231,7 @@ TEST_CASE("FrameStack: the stacked spec multiplies the first axis and repeats th
 
 TEST_CASE("FrameStack: rows hold the last k frames oldest first, reset-padded, by hand", "[framestack]") {
   // One env, k = 3, time limit 4: frames are [t, episode, 0].
-  auto g = Make("TestFrames-v0", {}, 1, 1, 3);
+  auto g = MakeGroup("TestFrames-v0", {}, 1, 1, 3);
   auto frames = [](std::vector<std::vector<float>> f) { return Concat(f); };
   CHECK(Floats(g->obs(), 9) == frames({{0, 1, 0}, {0, 1, 0}, {0, 1, 0}}));
   const int64_t stay = 0, stop = 1;
@@ -297,7 +288,7 @@ TEST_CASE("FrameStack: stacked rows are the unstacked group's last k observation
 TEST_CASE("FrameStack: frame_stack 1 is the group as it was", "[framestack]") {
   std::unique_ptr<EnvGroup> legacy;
   REQUIRE(EnvGroup::Create("Pendulum-v1", {}, 3, 21, &legacy).ok());
-  auto one = Make("Pendulum-v1", {}, 3, 21, 1);
+  auto one = MakeGroup("Pendulum-v1", {}, 3, 21, 1);
   CHECK(one->frame_stack() == 1);
   CHECK(one->spec().observation == legacy->spec().observation);
   CHECK(one->spec().observation == one->env_spec().observation);
@@ -403,7 +394,7 @@ TEST_CASE("FrameStack: a worker stacks, then normalises with statistics of the s
     const auto& req = in.step();
     REQUIRE(req.seq() == seq);
     INFO("seq " << seq);
-    REQUIRE(Shape(req.obs()) == std::vector<int64_t>{kEnvs, kStacked});
+    REQUIRE(ShapeOf(req.obs()) == std::vector<int64_t>{kEnvs, kStacked});
     if (req.has_stats_delta()) {
       CHECK(req.stats_delta().obs().mean_size() == kStacked);
       CHECK(req.stats_delta().obs().count() == (seq == 2 ? 3 * kEnvs : 2 * kEnvs));  // reset + 2 steps, 2 steps
@@ -422,7 +413,7 @@ TEST_CASE("FrameStack: a worker stacks, then normalises with statistics of the s
         }
       if (t == 0) {  // truncated: the final observations are the stacked last frames, normalised alike
         REQUIRE(req.final_obs_index_size() == kEnvs);
-        REQUIRE(Shape(req.final_obs()) == std::vector<int64_t>{kEnvs, kStacked});
+        REQUIRE(ShapeOf(req.final_obs()) == std::vector<int64_t>{kEnvs, kStacked});
         std::vector<float> fin(static_cast<std::size_t>(kEnvs * kStacked));
         std::memcpy(fin.data(), req.final_obs().data().data(), fin.size() * sizeof(float));
         const std::vector<float> want_final = normalised(expected_row(4, episode - 1));

@@ -5,28 +5,17 @@
 # transport.heartbeat_timeout_s and transport.worker_give_up_s. Checks that the
 # launcher returns within 10 s, with a non-zero status, and leaves no worker.
 # Usage: launcher_learner_killed_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-farm=""
-workers=()
-cleanup() {
-  [ -z "$farm" ] || kill -TERM "$farm" 2>/dev/null || true
-  for w in "${workers[@]}"; do kill -KILL "$w" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
+workers=()  # the launcher's, not ours: killed on exit if the launcher left them
+cleanup_extra() { local w; for w in "${workers[@]+"${workers[@]}"}"; do kill -KILL "$w" 2>/dev/null || true; done; }
 # Default heartbeat settings: without the launcher's TERM the workers would outlive it by ~70 s.
 FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 "$root/scripts/farm" run "$root/configs/cartpole.yaml" --workers 2 \
   --set total_env_steps=100000000 --set stop_at_target=false --set "run_dir=$tmp/run" \
   --set learner.progress_interval_s=100 > "$tmp/log" 2>&1 &
 farm=$!
-for _ in $(seq 600); do
-  [ -f "$tmp/run/metrics.jsonl" ] && [ "$(wc -l < "$tmp/run/metrics.jsonl")" -ge 2 ] && break
-  sleep 0.1
-done
-[ -f "$tmp/run/metrics.jsonl" ] || { echo "the run did not start training"; cat "$tmp/log"; exit 1; }
+pids+=("$farm")
+wait_until 60 has_rows "$tmp/run/metrics.jsonl" 2 || { cat "$tmp/log"; fail "the run did not start training"; }
 learner="$(pgrep -P "$farm" -x farm-learner || true)"
 mapfile -t workers < <(pgrep -P "$farm" -x farm-worker || true)
 [ -n "$learner" ] && [ "${#workers[@]}" -eq 2 ] ||
@@ -40,7 +29,6 @@ if kill -0 "$farm" 2>/dev/null; then
 fi
 rc=0
 wait "$farm" || rc=$?
-farm=""
 elapsed=$((SECONDS - start))
 echo "the launcher returned status $rc after ${elapsed} s"
 [ "$rc" -ne 0 ] || { echo "the launcher reported success for a killed learner"; exit 1; }

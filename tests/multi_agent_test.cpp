@@ -19,10 +19,15 @@
 #include "worker/env.h"
 #include "worker/env_group.h"
 #include "worker/worker_client.h"
+#include "tests/env_test_util.h"
 #include "tests/stand_in_learner.h"
 
 namespace farm {
 namespace {
+
+using testing::Floats;
+using testing::FloatsOf;
+using testing::MakeGroup;
 
 // ---------------------------------------------------------------------------
 // A test-only team env: kAgents agents, Discrete(4) actions. Agent a observes
@@ -108,21 +113,6 @@ EnvOptions BadDefaults() { return {{"bad", 0}}; }
 FARM_REGISTER_ENV("TestBadTeam-v0", BadDefaults(), BadSpec,
                   [](const EnvOptions&, uint64_t) { return std::make_unique<TeamEnv>(); });
 
-std::unique_ptr<EnvGroup> MakeGroup(const std::string& name, int n) {
-  std::unique_ptr<EnvGroup> group;
-  const Status s = EnvGroup::Create(name, {}, n, 1, &group);
-  INFO(s.ToString());
-  REQUIRE(s.ok());
-  return group;
-}
-
-std::vector<float> Floats(const float* p, std::size_t n) { return std::vector<float>(p, p + n); }
-
-std::vector<float> FloatsOf(const wire::Tensor& t) {
-  std::vector<float> out(t.data().size() / sizeof(float));
-  std::memcpy(out.data(), t.data().data(), out.size() * sizeof(float));
-  return out;
-}
 
 }  // namespace
 
@@ -130,7 +120,7 @@ std::vector<float> FloatsOf(const wire::Tensor& t) {
 // EnvGroup
 
 TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per row", "[multi_agent][group]") {
-  auto group = MakeGroup("TestTeam-v0", 2);
+  auto group = MakeGroup("TestTeam-v0", {}, 2, 1);
   CHECK(group->size() == 2);
   CHECK(group->num_agents() == kAgents);
   CHECK(group->rows() == 6);
@@ -160,7 +150,7 @@ TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per 
 }
 
 TEST_CASE("EnvGroup: a team's termination and truncation apply to all its rows", "[multi_agent][group]") {
-  auto group = MakeGroup("TestTeam-v0", 3);
+  auto group = MakeGroup("TestTeam-v0", {}, 3, 1);
   const std::vector<int64_t> calm(9, 1);
   // Step 1: agent 1 of env 1 (row 4) chooses 3: env 1 terminates, on its three rows.
   std::vector<int64_t> actions = calm;
@@ -217,7 +207,7 @@ TEST_CASE("EnvGroup: multi-agent specs are checked and an unwritten state is ref
   s = EnvGroup::Create("TestBadTeam-v0", {{"bad", 2}}, 1, 1, &group);
   CHECK_THAT(s.message(), Catch::Contains("global_state must be a non-empty float32 box"));
 
-  auto team = MakeGroup("TestTeam-v0", 2);
+  auto team = MakeGroup("TestTeam-v0", {}, 2, 1);
   std::vector<int64_t> actions(6, 0);
   actions[5] = 4;
   try {
@@ -229,7 +219,7 @@ TEST_CASE("EnvGroup: multi-agent specs are checked and an unwritten state is ref
 }
 
 TEST_CASE("EnvGroup: a single-agent env has rows = envs and no state", "[multi_agent][group]") {
-  auto group = MakeGroup("CartPole-v1", 4);
+  auto group = MakeGroup("CartPole-v1", {}, 4, 1);
   CHECK(group->num_agents() == 1);
   CHECK(group->rows() == 4);
   CHECK(group->state_numel() == 0);

@@ -12,6 +12,7 @@
 #include "learner/ppo.h"
 #include "learner/trajectory_store.h"
 #include "tests/ppo_test_util.h"
+#include "tests/store_test_util.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK
@@ -19,6 +20,8 @@
 
 namespace farm {
 namespace {
+
+using testing::StepWithoutEnding;
 
 // The actor's raw head [B, sum(nvec)], straight from its MLP (ActorFeatures is the identity for mlp).
 torch::Tensor Logits(ActorCritic& net, const torch::Tensor& obs) {
@@ -140,16 +143,11 @@ TEST_CASE("TrajectoryStore keeps K int64 actions per multi-discrete step", "[mul
   const int a = store.AddGroup(2);
   const int b = store.AddGroup(1);
   const float obs[] = {0, 0}, logp[] = {0, 0}, value[] = {0, 0}, reward[] = {1, 1};
-  const uint8_t no[] = {0, 0};
   const int64_t act_a0[] = {1, 4, 0, 3}, act_b0[] = {1, 2}, act_a1[] = {0, 1, 1, 0}, act_b1[] = {0, 4};
-  store.RecordStep(a, obs, act_a0, logp, value, 1);
-  store.RecordOutcome(a, reward, no, no);
-  store.RecordStep(b, obs, act_b0, logp, value, 1);
-  store.RecordOutcome(b, reward, no, no);
-  store.RecordStep(a, obs, act_a1, logp, value, 1);
-  store.RecordOutcome(a, reward, no, no);
-  store.RecordStep(b, obs, act_b1, logp, value, 1);
-  store.RecordOutcome(b, reward, no, no);
+  StepWithoutEnding(store, a, obs, act_a0, logp, value, reward, 1);
+  StepWithoutEnding(store, b, obs, act_b0, logp, value, reward, 1);
+  StepWithoutEnding(store, a, obs, act_a1, logp, value, reward, 1);
+  StepWithoutEnding(store, b, obs, act_b1, logp, value, reward, 1);
   REQUIRE(store.all_full());
   LagStats lag;
   const Rollout r = store.Take({1}, 1, &lag);
@@ -162,6 +160,7 @@ TEST_CASE("TrajectoryStore keeps K int64 actions per multi-discrete step", "[mul
 
 TEST_CASE("multi-discrete update: the fused CPU path takes it under auto (tests/ppo_fused_test holds it to LibTorch's)",
           "[multi_discrete]") {
+  torch::manual_seed(13);
   ActorCritic net(Space::Box({4}, {-1}, {1}), Space::MultiDiscrete({2, 3}), std::vector<int>{8});
   PpoConfig config;
   PpoTrainer automatic(net, config, 1);

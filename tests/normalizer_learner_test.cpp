@@ -64,6 +64,7 @@ void CheckSame(const RunningMoments& a, const RunningMoments& b) {
 }  // namespace
 
 TEST_CASE("checkpoints hold the normaliser's statistics and the tools read them", "[normalizer][checkpoint]") {
+  torch::manual_seed(4);
   const std::string dir = TempDir("ckpt");
   ActorCritic policy(Space::Box({3}, {-1.f, -1.f, -8.f}, {1.f, 1.f, 8.f}), Space::Box({1}, {-2.f}, {2.f}),
                      std::vector<int>{8});

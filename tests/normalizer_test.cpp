@@ -24,10 +24,14 @@
 #include "worker/env_group.h"
 #include "worker/normalizer.h"
 #include "worker/worker_client.h"
+#include "tests/env_test_util.h"
 #include "tests/stand_in_learner.h"
 
 namespace farm {
 namespace {
+
+using testing::FloatsOf;
+using testing::MakeGroup;
 
 // ---------------------------------------------------------------------------
 // A test-only env: agent a observes [t + a, 100 - 2 (t + a)] at step t of the
@@ -152,11 +156,6 @@ void CheckMoments(const RunningMoments& m, const std::vector<float>& data, int64
   }
 }
 
-std::vector<float> FloatsOf(const wire::Tensor& t) {
-  std::vector<float> out(t.data().size() / sizeof(float));
-  std::memcpy(out.data(), t.data().data(), t.data().size());
-  return out;
-}
 
 }  // namespace
 
@@ -273,8 +272,7 @@ TEST_CASE("ObsTransform: (x - mean) / sqrt(var + 1e-8), clipped to +-clip", "[no
 }
 
 TEST_CASE("Normalizer: rewards scaled by the running discounted return's std, by hand", "[normalizer][reward]") {
-  std::unique_ptr<EnvGroup> group;
-  REQUIRE(EnvGroup::Create("NormTest-v0", {}, 1, 1, &group).ok());
+  auto group = MakeGroup("NormTest-v0", {}, 1, 1);
   NormalizerOptions o;
   o.reward = true;
   o.gamma = 0.5;
@@ -300,8 +298,7 @@ TEST_CASE("Normalizer: rewards scaled by the running discounted return's std, by
   CHECK(n.ret_view().count() == 4);
   CHECK(n.ret_view().mean()[0] == Approx(2.1875));
   // The episode's return is the env's: 1 + 2 + 3.
-  std::unique_ptr<EnvGroup> again;
-  REQUIRE(EnvGroup::Create("NormTest-v0", {}, 1, 1, &again).ok());
+  auto again = MakeGroup("NormTest-v0", {}, 1, 1);
   for (int step = 0; step < 3; ++step) again->Step(&action, nullptr);
   REQUIRE(again->finished().size() == 1);
   CHECK(again->finished()[0].episode_return == 6.0f);
@@ -309,9 +306,8 @@ TEST_CASE("Normalizer: rewards scaled by the running discounted return's std, by
 
 TEST_CASE("Normalizer: observation rows of every agent share the statistics, deltas and views",
           "[normalizer][obs]") {
-  std::unique_ptr<EnvGroup> group;
   // 2 envs x 2 agents = 4 rows; truncated every 2 steps, so final observations appear.
-  REQUIRE(EnvGroup::Create("NormTest-v0", {{"agents", 2}, {"length", 100}, {"max_steps", 2}}, 2, 1, &group).ok());
+  auto group = MakeGroup("NormTest-v0", {{"agents", 2}, {"length", 100}, {"max_steps", 2}}, 2, 1);
   NormalizerOptions o;
   o.obs = true;
   o.obs_clip = 1.5;

@@ -289,6 +289,7 @@ TEST_CASE("Adam state created by the fused update serves torch::optim::Adam::ste
 }
 
 TEST_CASE("ppo.fused_update: auto falls back, on refuses clearly, off is the LibTorch path", "[ppo][fused]") {
+  torch::manual_seed(18);
   ActorCritic net = MakePolicy(kDiscrete, {8});
   PpoConfig config;
   SECTION("auto on the CPU in fp32 is fused; bf16 is not") {

@@ -11,25 +11,18 @@
 #     rejoins and ends normally on the learner's Stop.
 # Every worker must exit 0 with at least one reconnection.
 # Usage: rejoin_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
-port=$((30000 + ($$ + 7919) % 20000))
-endpoint="tcp://127.0.0.1:$port"
+source "$(dirname "$0")/lib.sh"
+# A fixed port, for the restarted learner to bind again; below the ephemeral range (free_port).
+endpoint="tcp://127.0.0.1:$(free_port)"
 learner_bin="$build_dir/learner/farm-learner"
 worker_bin="$build_dir/worker/farm-worker"
 export PYTHONDONTWRITEBYTECODE=1
 
 # wait_rows RUN_DIR N: until the run has written N metrics rows (60 s at most).
 wait_rows() {
-  for _ in $(seq 600); do
-    [ -f "$1/metrics.jsonl" ] && [ "$(wc -l < "$1/metrics.jsonl")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  echo "FAIL: $1 did not reach $2 metrics rows"; cat "$tmp"/*.log | tail -40; exit 1
+  wait_until 60 has_rows "$1/metrics.jsonl" "$2" ||
+    { echo "FAIL: $1 did not reach $2 metrics rows"; cat "$tmp"/*.log | tail -40; exit 1; }
 }
 # wait_run LOG_PREFIX: the learner ($learner) must exit 0, and every worker started since the last call
 # must exit 0 (on the learner's Stop). A worker that fails while the learner still runs fails the test at
@@ -98,8 +91,11 @@ restart_learner() {
   kill_learner "$tmp/learner-$1-1.log"
   start_learner "learner-$1-2.log" --resume "$run"
   wait_run "$1"
-  grep -q "does not know this worker" "$tmp/$1-0.log" "$tmp/$1-1.log" ||
-    { echo "FAIL: the $1 workers did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp/$1"-*.log; exit 1; }
+  local i
+  for i in 0 1; do
+    grep -q "does not know this worker" "$tmp/$1-$i.log" ||
+      { echo "FAIL: $1 worker $i did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp/$1"-*.log; exit 1; }
+  done
 }
 
 # --- 1a. learner restart, farm-worker ------------------------------------------------------------
@@ -146,10 +142,16 @@ start_learner learner-stall.log --config "$root/configs/cartpole.yaml" "${stall[
   --set "transport.bind=$endpoint" --set "run_dir=$run"
 start_cpp_workers stall "${stall[@]}"
 wait_rows "$run" 3
-kill -STOP "${workers[0]}"
-sleep 2.5  # past the 1 s heartbeat timeout: the learner drops it
-kill -CONT "${workers[0]}"
+# Thawed only once the learner has dropped it: its log names the worker's identity, which ends in its pid
+# (and -cN after N reconnections; under load the learner may have dropped it before it was frozen).
+frozen="${workers[0]}"
+drops() { grep -c "dropped worker worker-[^ ]*-$frozen\(-c[0-9]*\)\?:" "$tmp/learner-stall.log" || true; }
+drops_before="$(drops)"
+kill -STOP "$frozen"
+dropped() { [ "$(drops)" -gt "$drops_before" ]; }
+wait_until 60 dropped || { kill -CONT "$frozen"; echo "FAIL: the learner did not drop the frozen worker"; tail -n 8 "$tmp"/*.log; exit 1; }
+running "$learner" || { kill -CONT "$frozen"; echo "FAIL: the run ended while the worker was frozen"; tail -n 8 "$tmp"/*.log; exit 1; }
+kill -CONT "$frozen"
 wait_run stall
-grep -q "dropped worker" "$tmp/learner-stall.log" || { echo "FAIL: the learner did not drop the frozen worker"; exit 1; }
 check "$run" 300000 "$tmp/stall-0.json"
 echo "ok: a frozen farm-worker rejoined after the learner dropped it"

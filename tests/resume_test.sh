@@ -6,13 +6,9 @@
 # finished run further (with an override), and refuses directories it cannot
 # resume; farm-learner --resume falls back to the checkpoint's stored config.
 # Usage: resume_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
-port=$((30000 + $$ % 20000))
+source "$(dirname "$0")/lib.sh"
+port="$(free_port)"  # the restarted learner binds it again
 run="$tmp/run"
 common=(--set total_env_steps=40000 --set stop_at_target=false --set learner.checkpoint_every=5
         --set learner.progress_interval_s=100 --set transport.heartbeat_interval_s=0.2
@@ -26,16 +22,18 @@ for i in 0 1; do
     --learner "tcp://127.0.0.1:$port" --index "$i" --stats-file "$tmp/worker-$i.json" > "$tmp/worker-$i.log" 2>&1 &
   pids+=($!)
 done
-# Let it write a few checkpoints, then kill it without warning.
-for _ in $(seq 600); do
-  [ -f "$run/metrics.jsonl" ] && [ "$(wc -l < "$run/metrics.jsonl")" -ge 12 ] && break
-  sleep 0.1
-done
+# Let it write a few checkpoints, then kill it without warning, in the middle of the run.
+wait_until 60 has_rows "$run/metrics.jsonl" 12 ||
+  { tail -n 8 "$tmp"/*.log; fail "the run did not reach 12 updates within 60 s"; }
+running "$learner" && ! grep -q "stopping:" "$tmp/learner1.log" ||
+  { tail -n 8 "$tmp"/*.log; fail "the run ended before the learner could be killed"; }
 kill -9 "$learner"
 wait "$learner" 2>/dev/null || true
 before="$(cat "$run/checkpoints/latest")"
 echo "killed the learner; latest checkpoint $before"
-sleep 1.5  # the workers notice the silence
+# The workers notice the silence (transport.heartbeat_timeout_s) and start reconnecting.
+reconnecting() { grep -q "; reconnecting" "$tmp/worker-0.log" && grep -q "; reconnecting" "$tmp/worker-1.log"; }
+wait_until 30 reconnecting || { tail -n 8 "$tmp"/worker-*.log; fail "the workers did not notice the silent learner"; }
 "$build_dir/learner/farm-learner" --resume "$run" > "$tmp/learner2.log" 2>&1 &
 learner=$!
 pids+=("$learner")

@@ -51,8 +51,14 @@ TEST_CASE("each signal reaches the callback; a quick repeat does not end the pro
 
 TEST_CASE("a repeat well after the first signal ends a process whose stop is stuck", "[signal]") {
   const int status = InChild([] {
-    SignalWatcher watcher([](int) {});  // a shutdown that never finishes
+    std::atomic<int> seen{0};
+    SignalWatcher watcher([&](int) { seen.fetch_add(1); });  // a shutdown that never finishes
     std::raise(SIGINT);
+    // kForceAfter counts from when the watcher took the first signal, which a busy machine may delay.
+    for (int i = 0; seen.load() == 0; ++i) {
+      if (i == 1000) ::_exit(10);  // not taken within 10 s
+      SleepFor(std::chrono::milliseconds(10));
+    }
     SleepFor(SignalWatcher::kForceAfter + std::chrono::milliseconds(300));
     std::raise(SIGINT);
     SleepFor(std::chrono::milliseconds(3000));

@@ -9,17 +9,11 @@
 #  4. a diverged update (Pendulum at lr 1e4) exits non-zero, and no checkpoint holds non-finite weights:
 #     farm-eval of the run's latest checkpoint returns finite numbers.
 # Usage: start_failure_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
-pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
 learner_bin="$build_dir/learner/farm-learner"
 worker_bin="$build_dir/worker/farm-worker"
-port=$((30000 + ($$ + 4099) % 20000))
-endpoint="tcp://127.0.0.1:$port"
-fail() { echo "FAIL: $*"; exit 1; }
+endpoint="tcp://127.0.0.1:$(free_port)"
 
 # run_farm CONFIG RUN_DIR [--set k=v ...]: a learner and one worker to the end; the learner's status is echoed.
 run_farm() {
@@ -96,7 +90,13 @@ grep -q "non-finite" "$tmp/learner.log" || { tail -20 "$tmp/learner.log"; fail "
 if [ -f "$run/checkpoints/latest" ]; then
   "$build_dir/tools/farm-eval" "$run" --episodes 2 --envs 2 > "$tmp/eval.json" 2> "$tmp/eval.log" ||
     { cat "$tmp/eval.log"; fail "farm-eval failed on the diverged run's latest checkpoint"; }
-  ! grep -qi "nan" "$tmp/eval.json" || { cat "$tmp/eval.json"; fail "the latest checkpoint holds non-finite weights"; }
+  # farm-eval's JSON writes a NaN as null: every number must be there and finite.
+  python3 - "$tmp/eval.json" <<'PY' || { cat "$tmp/eval.json"; fail "the latest checkpoint holds non-finite weights"; }
+import json, math, sys
+e = json.load(open(sys.argv[1]))
+for key in ("mean_return", "std_return", "min", "max", "mean_length"):
+    assert isinstance(e[key], (int, float)) and math.isfinite(e[key]), (key, e[key])
+PY
   echo "ok: diverged at $(grep -c . "$run/metrics.jsonl") updates; latest $(cat "$run/checkpoints/latest") evaluates to $(cat "$tmp/eval.json")"
 else
   echo "ok: diverged before any checkpoint; none written"

@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "tests/store_test_util.h"
+
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK
 #include <catch2/catch.hpp>
@@ -10,6 +12,7 @@
 using farm::LagStats;
 using farm::Space;
 using farm::TrajectoryStore;
+using farm::testing::StepWithoutEnding;
 
 TEST_CASE("groups record steps into their own columns and Take resets", "[store]") {
   TrajectoryStore store(/*T=*/2, /*obs_numel=*/2, Space::Discrete(4));
@@ -34,12 +37,10 @@ TEST_CASE("groups record steps into their own columns and Take resets", "[store]
   CHECK(store.steps(a) == 1);
   CHECK_FALSE(store.all_full());
 
-  store.RecordStep(a, obs_a0, act_a, logp_a, val_a, 4);
-  store.RecordOutcome(a, rew_a, no, no);
+  StepWithoutEnding(store, a, obs_a0, act_a, logp_a, val_a, rew_a, 4);
   CHECK(store.full(a));
   CHECK_FALSE(store.all_full());
-  store.RecordStep(b, obs_b0, act_b, logp_b, val_b, 4);
-  store.RecordOutcome(b, rew_b, no, no);
+  StepWithoutEnding(store, b, obs_b0, act_b, logp_b, val_b, rew_b, 4);
   REQUIRE(store.all_full());
   const float boot_a[] = {9, 8}, boot_b[] = {7};
   store.SetBootstrap(a, boot_a);
@@ -71,21 +72,16 @@ TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
   TrajectoryStore store(3, 1, Space::Box({2}, {-1}, {1}));  // continuous actions of 2 floats
   const int a = store.AddGroup(1);
   const float obs[] = {42}, act[] = {0.5f, -0.5f}, lp[] = {-1}, v[] = {2}, rew[] = {1};
-  const uint8_t no[] = {0};
-  store.RecordStep(a, obs, act, lp, v, 0);
-  store.RecordOutcome(a, rew, no, no);
+  StepWithoutEnding(store, a, obs, act, lp, v, rew);
   const int b = store.AddGroup(2);
   CHECK(store.steps(a) == 1);
   CHECK(store.steps(b) == 0);
   for (int t = 0; t < 2; ++t) {
-    store.RecordStep(a, obs, act, lp, v, 0);
-    store.RecordOutcome(a, rew, no, no);
+    StepWithoutEnding(store, a, obs, act, lp, v, rew);
   }
   const float obs2[] = {7, 8}, act2[] = {1, 2, 3, 4}, lp2[] = {0, 0}, v2[] = {0, 0}, rew2[] = {0, 0};
-  const uint8_t no2[] = {0, 0};
   for (int t = 0; t < 3; ++t) {
-    store.RecordStep(b, obs2, act2, lp2, v2, 0);
-    store.RecordOutcome(b, rew2, no2, no2);
+    StepWithoutEnding(store, b, obs2, act2, lp2, v2, rew2);
   }
   REQUIRE(store.all_full());
   const auto r = store.Take({1}, 0, nullptr);
@@ -108,12 +104,9 @@ TEST_CASE("a removed group's columns are freed and the others keep their data", 
   // Step 0 for everyone, then b's worker leaves in the middle of the rollout.
   const float oa0[] = {10, 11}, ob0[] = {20, 21, 22, 23}, oc0[] = {30, 31};
   const int64_t aa0[] = {1, 2}, ab0[] = {0, 0, 0, 0}, ac0[] = {2, 3};
-  store.RecordStep(a, oa0, aa0, lp, v, 0);
-  store.RecordOutcome(a, r, no, no);
-  store.RecordStep(b, ob0, ab0, lp, v, 0);
-  store.RecordOutcome(b, r, no, no);
-  store.RecordStep(c, oc0, ac0, lp, v, 0);
-  store.RecordOutcome(c, r, no, no);
+  StepWithoutEnding(store, a, oa0, aa0, lp, v, r);
+  StepWithoutEnding(store, b, ob0, ab0, lp, v, r);
+  StepWithoutEnding(store, c, oc0, ac0, lp, v, r);
   store.RemoveGroup(b);
   CHECK(store.num_envs() == 2);
   const float oa1[] = {12, 13}, oc1[] = {32, 33};
@@ -122,8 +115,7 @@ TEST_CASE("a removed group's columns are freed and the others keep their data", 
   const uint8_t yes[] = {1};
   store.RecordStep(a, oa1, aa1, lp, v, 1);
   store.RecordOutcome(a, ra, yes, no);
-  store.RecordStep(c, oc1, ac1, lp, v, 1);
-  store.RecordOutcome(c, rc, no, no);
+  StepWithoutEnding(store, c, oc1, ac1, lp, v, rc, 1);
   const float ba[] = {8}, bc[] = {9};
   store.SetBootstrap(a, ba);
   store.SetBootstrap(c, bc);
@@ -151,12 +143,9 @@ TEST_CASE("a removed group leaves the rollout and no longer blocks it", "[store]
   const int c = store.AddGroup(1);
   const float o1[] = {1}, o2[] = {2, 3}, o3[] = {4}, lp[] = {0, 0}, v[] = {0, 0}, r[] = {1, 1};
   const int64_t act[] = {0, 1};
-  const uint8_t no[] = {0, 0};
-  store.RecordStep(a, o1, act, lp, v, 0);
-  store.RecordOutcome(a, r, no, no);
+  StepWithoutEnding(store, a, o1, act, lp, v, r);
   store.RecordStep(b, o2, act, lp, v, 0);  // b's worker dies with its step pending
-  store.RecordStep(c, o3, act, lp, v, 0);
-  store.RecordOutcome(c, r, no, no);
+  StepWithoutEnding(store, c, o3, act, lp, v, r);
   CHECK_FALSE(store.all_full());
   store.RemoveGroup(b);
   REQUIRE(store.all_full());
@@ -169,11 +158,9 @@ TEST_CASE("a removed group leaves the rollout and no longer blocks it", "[store]
   CHECK(roll.obs[0][1][0].item<float>() == 4);
   CHECK(roll.last_value.size(0) == 2);
   // Removing a full group keeps the count right.
-  store.RecordStep(a, o1, act, lp, v, 0);
-  store.RecordOutcome(a, r, no, no);
+  StepWithoutEnding(store, a, o1, act, lp, v, r);
   store.RemoveGroup(a);
   CHECK_FALSE(store.all_full());
-  store.RecordStep(c, o3, act, lp, v, 0);
-  store.RecordOutcome(c, r, no, no);
+  StepWithoutEnding(store, c, o3, act, lp, v, r);
   CHECK(store.all_full());
 }

@@ -1,0 +1,70 @@
+# Sourced by the shell tests (`source "$(dirname "$0")/lib.sh"`): strict mode, $root (the source tree), a fresh
+# $tmp of the test's own (so that tests run in parallel never share files), removed on exit after every
+# process in $pids has been stopped, and helpers that wait on conditions instead of sleeping.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/farm-$(basename "$0" .sh).XXXXXX")"
+pids=()
+
+# A test with more to undo (network namespaces, say) redefines cleanup_extra; it runs first.
+cleanup_extra() { :; }
+# TERM (and CONT, for a frozen one) to every process in $pids, KILL to those still there after 5 s: a
+# launcher or a `timeout` wrapper gets the chance to stop its own children.
+farm_cleanup() {
+  local p alive
+  cleanup_extra || true
+  for p in "${pids[@]+"${pids[@]}"}"; do
+    kill -TERM "$p" 2>/dev/null || true
+    kill -CONT "$p" 2>/dev/null || true
+  done
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${pids[@]+"${pids[@]}"}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 1 ] || break
+    sleep 0.1
+  done
+  for p in "${pids[@]+"${pids[@]}"}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap farm_cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# wait_until SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds (status 0) or SECONDS have passed
+# (status 1).
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.1
+  done
+}
+# has_rows FILE N: FILE exists and has at least N lines (metrics.jsonl: one per update).
+has_rows() { [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ]; }
+# running PID: the process has not exited.
+running() { kill -0 "$1" 2>/dev/null; }
+
+# free_port: a TCP port on 127.0.0.1 that nothing is bound to, drawn from 20000-32767. For a learner that must
+# be restarted on the same port: below Linux's ephemeral range (32768 and up), so that no client socket,
+# workers' reconnecting ones included, can be given it in the meantime. Drawn at random (not seeded: two tests
+# started at once must not draw the same port) and checked by binding it.
+free_port() {
+  python3 - <<'PY'
+import random, socket
+rng = random.SystemRandom()
+for _ in range(500):
+    port = rng.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit("free_port: no free port in 20000-32767")
+PY
+}
