@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "common/transport.h"  // CheckEndpoint
+
 namespace farm {
 namespace {
 
@@ -315,22 +317,10 @@ Status ValidateConfig(const FarmConfig& c) {
         "ppo.fused_update=on needs ppo.encoder=mlp (got {}): the fused update knows only the MLP; use "
         "ppo.fused_update=auto to fall back to the LibTorch update",
         c.ppo.encoder));
-  if (c.transport.bind.rfind("tcp://", 0) != 0 && c.transport.bind.rfind("ipc://", 0) != 0 &&
-      c.transport.bind.rfind("inproc://", 0) != 0)
-    return Status::InvalidArgument(
-        fmt::format("transport.bind: expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got '{}'", c.transport.bind));
-  if (c.transport.bind.rfind("tcp://", 0) == 0) {
-    // ZeroMQ would take a port past 65535 modulo 65536 (tcp://127.0.0.1:99999 binds port 34463), and without a
-    // port the address would be refused later as "not a loopback address".
-    const std::string address = c.transport.bind.substr(6);
-    const auto colon = address.rfind(':');
-    const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
-    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
-    if (!(port == "*" || (digits && std::stoi(port) <= 65535)))
-      return Status::InvalidArgument(fmt::format(
-          "transport.bind: expected tcp://HOST:PORT with PORT a number from 0 to 65535 or * (a free port), got '{}'",
-          c.transport.bind));
-  }
+  // ZeroMQ would take a port past 65535 modulo 65536 (tcp://127.0.0.1:99999 binds port 34463), and without a
+  // port the address would be refused later as "not a loopback address".
+  if (auto s = CheckEndpoint(c.transport.bind, /*bind=*/true); !s.ok())
+    return Status::InvalidArgument("transport.bind: " + s.message());
   return Status::Ok();
 }
 

@@ -73,6 +73,23 @@ bool IsLoopbackEndpoint(const std::string& endpoint) {
   return false;
 }
 
+Status CheckEndpoint(const std::string& endpoint, bool bind) {
+  const auto starts = [&](const char* scheme) { return endpoint.rfind(scheme, 0) == 0; };
+  if (starts("ipc://") || starts("inproc://")) return Status::Ok();
+  if (!starts("tcp://"))
+    return Status::InvalidArgument(
+        fmt::format("expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got '{}'", endpoint));
+  const std::string address = endpoint.substr(6);
+  const auto colon = address.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  const int number = digits ? std::stoi(port) : -1;
+  if (bind ? (port == "*" || (digits && number <= 65535)) : (digits && number >= 1 && number <= 65535))
+    return Status::Ok();
+  return Status::InvalidArgument(fmt::format("expected tcp://HOST:PORT with PORT a number from {} to 65535{}, got '{}'",
+                                             bind ? 0 : 1, bind ? " or * (a free port)" : "", endpoint));
+}
+
 Status CheckBindPolicy(const TransportConfig& config) {
   if (config.curve || config.insecure || IsLoopbackEndpoint(config.bind)) return Status::Ok();
   return Status::InvalidArgument(fmt::format(

@@ -33,6 +33,13 @@ zmq::socket_t MakeRouter(zmq::context_t& ctx, const TransportConfig& config, std
 // as reachable from elsewhere.
 bool IsLoopbackEndpoint(const std::string& endpoint);
 
+// Whether ZeroMQ can bind (`bind`) or connect to `endpoint`: tcp://HOST:PORT,
+// ipc://PATH or inproc://NAME, with PORT from 0 to 65535 or * to bind, from 1
+// to 65535 to connect. (ZeroMQ itself takes a larger port modulo 65536, and
+// throws on a missing port or an unknown scheme.) The message names neither
+// the key nor the flag: callers prefix it.
+Status CheckEndpoint(const std::string& endpoint, bool bind);
+
 // The learner's rule: binding a non-loopback address needs transport.curve
 // or an explicit transport.insecure.
 Status CheckBindPolicy(const TransportConfig& config);

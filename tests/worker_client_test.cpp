@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "common/wire.h"
+#include "worker/worker_client.h"
 #include "tests/stand_in_learner.h"
 #include "worker/env.h"
 
@@ -79,6 +80,24 @@ TEST_CASE("WorkerClient: an env whose step throws ends Run with an internal erro
   const Status s = learner.Join();
   CHECK(s.code() == Status::Code::kInternal);
   CHECK_THAT(s.ToString(), Catch::Contains("env TestFailing-v0") && Catch::Contains("sensor unplugged"));
+}
+
+TEST_CASE("WorkerClient: a learner endpoint ZeroMQ cannot connect to is refused, naming it", "[worker]") {
+  FarmConfig config;
+  config.env.name = "TestFailing-v0";
+  for (const char* bad : {"tcp://127.0.0.1:99999", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://h:*",
+                          "udp://127.0.0.1:5555", "127.0.0.1:5555"}) {
+    std::unique_ptr<WorkerClient> client;
+    const Status s = WorkerClient::Create(config, 0, bad, &client);
+    CHECK(s.code() == Status::Code::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("--learner") && Catch::Contains(std::string("got '") + bad + "'"));
+  }
+  for (const char* good : {"tcp://127.0.0.1:5555", "tcp://[::1]:65535", "ipc:///tmp/farm.sock", "inproc://x"}) {
+    std::unique_ptr<WorkerClient> client;
+    const Status s = WorkerClient::Create(config, 0, good, &client);
+    INFO(good << ": " << s.ToString());
+    CHECK(s.ok());
+  }
 }
 
 }  // namespace farm

@@ -30,6 +30,9 @@ uint64_t MixSeed(uint64_t seed, uint64_t index) { return SplitMix64(seed + 0x9E3
 Status WorkerClient::Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
                             std::unique_ptr<WorkerClient>* out) {
   InstallProtobufLogHandler();  // before any thread parses a message
+  // ZeroMQ would throw on connecting to it, or take a port past 65535 modulo 65536.
+  if (auto s = CheckEndpoint(learner_endpoint, /*bind=*/false); !s.ok())
+    return Status::InvalidArgument("the learner's endpoint (--learner): " + s.message());
   std::unique_ptr<WorkerClient> w(new WorkerClient());
   w->config_ = config;
   w->endpoint_ = learner_endpoint;
