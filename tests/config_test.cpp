@@ -1,4 +1,6 @@
 // Config parsing: defaults, overrides, and the error messages users see.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -98,6 +100,22 @@ TEST_CASE("malformed YAML reports the line", "[config]") {
   auto s = Parse("ppo:\n  lr: [1, 2\n", &c);
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("test.yaml") && Catch::Contains("line"));
+}
+
+TEST_CASE("a config file without keys (empty, or only comments) is refused, naming it", "[config]") {
+  for (const char* text : {"", "\n\n", "# only a comment\n", "---\n"}) {
+    const std::string path = "config_test_empty_" + std::to_string(::getpid()) + ".yaml";
+    {
+      std::ofstream out(path);
+      out << text;
+    }
+    FarmConfig c;
+    const auto s = farm::LoadConfig(path, {}, &c);
+    std::remove(path.c_str());
+    INFO("file text: '" << text << "'");
+    CHECK(s.code() == farm::Status::Code::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains(path + ": no config keys"));
+  }
 }
 
 TEST_CASE("overrides (--set) apply over the file and are checked the same way", "[config]") {
