@@ -337,6 +337,16 @@ PY
 # 3. CURVE (docs/OPERATIONS.md, "Security: CURVE keys"): a Python worker without keys is told at once that the
 # learner requires CURVE; one whose public key the learner lists trains.
 keys="$tmp/keys"
+# A learner endpoint ZeroMQ cannot connect to is refused at once, naming it (exit 2), as farm-worker does.
+for bad in tcp://127.0.0.1:99999 tcp://127.0.0.1 foo://x; do
+  rc=0
+  FARM_PYTHON_PATH="$proto_dir" timeout 30 "$py" "$root/worker/python/farm_worker.py" --learner "$bad" \
+    --env-module "$root/tests/python/cue_env.py:make" > "$tmp/bad-endpoint.log" 2>&1 || rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -qF "got '$bad'" "$tmp/bad-endpoint.log"; then
+    cat "$tmp/bad-endpoint.log"; echo "FAIL: --learner $bad: expected status 2 and a message naming it" >&2; exit 1
+  fi
+done
+echo "ok: $(tail -1 "$tmp/bad-endpoint.log")"
 for name in learner py-worker; do "$build_dir/tools/farm-keygen" "$keys" "$name" > /dev/null; done
 rm -f "$tmp"/worker-*.json
 start_learner "$tmp/run_curve" total_env_steps=2000 stop_at_target=false transport.curve=true \

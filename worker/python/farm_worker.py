@@ -908,6 +908,7 @@ class PythonWorker:
                  curve_learner_public_key_file: Optional[str] = None,
                  normalization: Optional[NormalizerOptions] = None, rollout_length: Optional[int] = None,
                  frame_stack: int = 1):
+        check_endpoint(learner_endpoint)
         self.pb = load_proto(proto_dir)
         self.zmq = _zmq()
         self._curve = None  # (secret, public, learner public), Z85 bytes
@@ -1371,6 +1372,21 @@ def _die_with_parent(launcher: int) -> bool:
     except Exception:
         pass
     return os.getppid() == launcher
+
+
+def check_endpoint(endpoint: str) -> None:
+    """Raises WorkerError unless ZeroMQ can connect to `endpoint`: tcp://HOST:PORT (PORT 1 to 65535),
+    ipc://PATH or inproc://NAME. ZeroMQ itself would take a larger port modulo 65536 and throw on the rest.
+    The same rule as farm-worker's (common/transport.h, CheckEndpoint)."""
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return
+    if not endpoint.startswith("tcp://"):
+        raise WorkerError(f"the learner's endpoint (--learner): expected tcp://HOST:PORT, ipc://PATH or "
+                          f"inproc://NAME, got '{endpoint}'")
+    host, colon, port = endpoint[len("tcp://"):].rpartition(":")
+    if not (colon and port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise WorkerError(f"the learner's endpoint (--learner): expected tcp://HOST:PORT with PORT a number from 1 "
+                          f"to 65535, got '{endpoint}'")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
