@@ -105,12 +105,15 @@ TEST_CASE("Push blocks at capacity until the consumer takes a batch", "[batcher]
   auto b = Make(1, 0us, /*capacity=*/2);
   REQUIRE(b.Push({1, 1}).ok());
   REQUIRE(b.Push({2, 1}).ok());
-  std::atomic<bool> pushed{false};
+  std::atomic<bool> started{false}, pushed{false};
   farm::Status push_status;
   std::thread producer([&] {
+    started = true;
     push_status = b.Push({3, 1});
     pushed = true;
   });
+  // Once the producer is running, a Push that did not block would be done well within 50 ms.
+  while (!started.load()) std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(pushed.load());
   std::vector<Item> out;
