@@ -611,31 +611,31 @@ void Learner::Impl::TrainerLoop() {
         if (job.rollout.states.defined()) job.rollout.states = job.rollout.states.to(device);
       }
       result->stats = trainer->Update(job.rollout, job.progress);
-    } catch (const c10::Error& e) {
-      spdlog::error("PPO update failed: {}", e.what_without_backtrace());
-      result->stats.policy_loss = std::nan("");
-    } catch (const std::exception& e) {  // the run stops on it (a failed update), never with std::terminate
-      spdlog::error("PPO update failed: {}", e.what());
+      // The inference thread copies the new weights on its own stream once it hears of this result (and an
+      // asynchronous CUDA error of the update surfaces here).
+      stream.Synchronize();
+      // A diverged update (the run stops on it) is never saved: `latest` stays on the last good checkpoint.
+      // The parameters are checked only when a checkpoint is due (a device-to-host sync).
+      if (std::isfinite(result->stats.policy_loss) && job.checkpoint && !ParametersFinite(training)) {
+        spdlog::error("PPO update {}: non-finite parameters", job.counters.updates);
+        result->stats.policy_loss = std::nan("");
+      }
+      if (job.checkpoint && std::isfinite(result->stats.policy_loss)) {
+        job.counters.policy_version = job.version + 1;
+        job.state.rng[kRngTrainer] = GeneratorState(trainer->generator());  // as the next update will find it
+        if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters, nullptr,
+                                    &trainer->scaler(), config.learner.keep_checkpoints, &job.state);
+            !s.ok())
+          spdlog::error("checkpoint: {}", s.message());
+      }
+    } catch (const std::exception& e) {
+      // Any exception is a failed update: the run stops on it, with no checkpoint after it, never by std::terminate.
+      const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+      spdlog::error("PPO update failed: {}", torch_error ? torch_error->what_without_backtrace() : e.what());
       result->stats.policy_loss = std::nan("");
     }
-    // The inference thread copies the new weights on its own stream once it hears of this result.
-    stream.Synchronize();
     result->update_seconds = Seconds(Clock::now() - t0);
     result->version = job.version + 1;
-    // A diverged update (the run stops on it) is never saved: `latest` stays on the last good checkpoint.
-    // The parameters are checked only when a checkpoint is due (a device-to-host sync).
-    if (std::isfinite(result->stats.policy_loss) && job.checkpoint && !ParametersFinite(training)) {
-      spdlog::error("PPO update {}: non-finite parameters", job.counters.updates);
-      result->stats.policy_loss = std::nan("");
-    }
-    if (job.checkpoint && std::isfinite(result->stats.policy_loss)) {
-      job.counters.policy_version = result->version;
-      job.state.rng[kRngTrainer] = GeneratorState(trainer->generator());  // as the next update will find it
-      if (auto s = SaveCheckpoint(run_dir + "/checkpoints", training, trainer->optimizer(), job.counters, nullptr,
-                                  &trainer->scaler(), config.learner.keep_checkpoints, &job.state);
-          !s.ok())
-        spdlog::error("checkpoint: {}", s.message());
-    }
     Work w;
     w.kind = Work::Kind::kTrainerDone;
     w.result = std::move(result);
@@ -652,6 +652,12 @@ void Learner::Impl::Reply(const std::string& identity, const wire::Envelope& env
 }
 
 void Learner::Impl::FailServing(const std::string& what) {
+  if (!store) {
+    // Still setting up from the first Hello (building the policy, resuming): as any failure to start, it leaves the
+    // run directory as it was, with no checkpoint of a policy that may be half loaded.
+    FailStart("internal error while starting: " + what);
+    return;
+  }
   spdlog::error("learner: {} while serving a batch; stopping", what);
   if (serve_failure.ok()) serve_failure = Status::Internal(what + " (while serving a batch)");
   if (!stopping || stop_reason.empty()) stop_reason = "internal error: " + what;
@@ -1557,14 +1563,20 @@ Status Learner::Run(nlohmann::json* summary) {
     if (!m.batcher.NextBatch(&batch, idle).ok()) break;
     // Waiting while the trainer runs is the update's cost (sync mode), not a lack of data.
     (during_update ? m.held_s : m.wait_s) += Seconds(Clock::now() - t0);
+    if (!m.serve_failure.ok()) {
+      // Serving failed: nothing more is served (it would likely fail again); only the update in flight is awaited.
+      batch.erase(std::remove_if(batch.begin(), batch.end(),
+                                 [](const Work& w) { return w.kind != Work::Kind::kTrainerDone; }),
+                  batch.end());
+    }
     try {
-      if (m.fail_next_batch.exchange(false)) throw std::runtime_error("injected fault (TEST_FailNextBatch)");
+      if (!batch.empty() && m.fail_next_batch.load() && m.fail_next_batch.exchange(false))
+        throw std::runtime_error("injected fault (TEST_FailNextBatch)");
       m.CheckWorkers();
       m.ProcessBatch(batch);
-    } catch (const c10::Error& e) {
-      m.FailServing(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      m.FailServing(e.what());
+      const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+      m.FailServing(torch_error ? torch_error->what_without_backtrace() : e.what());
     }
     if (m.stopping && !m.trainer_busy) break;
   }
@@ -1577,23 +1589,28 @@ Status Learner::Run(nlohmann::json* summary) {
 
   // Final checkpoint, unless the run never started or its last update diverged; then tell every worker to stop.
   // (Updates check their parameters only when they checkpoint: the last one is checked here.)
-  if (!m.update_failed && m.trainer && m.start_failure.ok() && !ParametersFinite(m.training)) {
-    m.update_failed = true;
-    m.stop_reason = "the PPO update failed (non-finite parameters)";
-  }
-  if (m.update_failed) {
-    spdlog::error("no final checkpoint: the last update diverged; the newest checkpoint is the last good one");
-  } else if (m.trainer && m.start_failure.ok()) {
-    TrainingCounters c{m.env_steps, m.updates, m.version, m.window.total_episodes(), m.Wall()};
-    RunState state = m.CaptureRunState();
-    state.rng[kRngTrainer] = GeneratorState(m.trainer->generator());  // the trainer is idle: no update in flight
-    std::string path;
-    if (auto s = SaveCheckpoint(m.run_dir + "/checkpoints", m.training, m.trainer->optimizer(), c, &path,
-                                &m.trainer->scaler(), m.config.learner.keep_checkpoints, &state);
-        !s.ok())
-      spdlog::error("final checkpoint: {}", s.message());
-    else
-      spdlog::info("checkpoint written: {}", path);
+  try {  // after a LibTorch or CUDA error these may throw too: the workers must still hear Stop
+    if (!m.update_failed && m.trainer && m.start_failure.ok() && !ParametersFinite(m.training)) {
+      m.update_failed = true;
+      m.stop_reason = "the PPO update failed (non-finite parameters)";
+    }
+    if (m.update_failed) {
+      spdlog::error("no final checkpoint: the last update diverged; the newest checkpoint is the last good one");
+    } else if (m.trainer && m.start_failure.ok()) {
+      TrainingCounters c{m.env_steps, m.updates, m.version, m.window.total_episodes(), m.Wall()};
+      RunState state = m.CaptureRunState();
+      state.rng[kRngTrainer] = GeneratorState(m.trainer->generator());  // the trainer is idle: no update in flight
+      std::string path;
+      if (auto s = SaveCheckpoint(m.run_dir + "/checkpoints", m.training, m.trainer->optimizer(), c, &path,
+                                  &m.trainer->scaler(), m.config.learner.keep_checkpoints, &state);
+          !s.ok())
+        spdlog::error("final checkpoint: {}", s.message());
+      else
+        spdlog::info("checkpoint written: {}", path);
+    }
+  } catch (const std::exception& e) {
+    const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+    spdlog::error("no final checkpoint: {}", torch_error ? torch_error->what_without_backtrace() : e.what());
   }
   wire::Envelope stop;
   stop.mutable_stop()->set_reason(m.stop_reason);

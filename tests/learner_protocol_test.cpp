@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -54,7 +55,10 @@ class ServedLearner {
     run_dir_ = config.run_dir;
     REQUIRE(ValidateConfig(config).ok());
     REQUIRE(Learner::Create(config, &learner_).ok());
-    thread_ = std::thread([this] { status_ = learner_->Run(&summary_); });
+    thread_ = std::thread([this] {
+      status_ = learner_->Run(&summary_);
+      done_ = true;
+    });
   }
   ~ServedLearner() {
     Stop();
@@ -65,9 +69,15 @@ class ServedLearner {
     learner_->RequestStop("test done");
     thread_.join();
   }
-  // Waits for Run to return by itself (no stop request) and gives its status.
+  // Waits for Run to return by itself (no stop request) and gives its status; a learner that does not stop
+  // within 60 s ends the test program (its threads cannot be unwound).
   Status Wait() {
-    if (thread_.joinable()) thread_.join();
+    for (int i = 0; !done_.load() && i < 6000; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done_.load()) {
+      std::fprintf(stderr, "FAILED: the learner did not stop by itself within 60 s\n");
+      std::_Exit(1);
+    }
+    thread_.join();
     return status_;
   }
   Learner& learner() { return *learner_; }
@@ -79,6 +89,7 @@ class ServedLearner {
   static inline int counter_ = 0;
   std::unique_ptr<Learner> learner_;
   std::thread thread_;
+  std::atomic<bool> done_{false};  // Run returned
   Status status_;
   nlohmann::json summary_;
   std::string run_dir_;
@@ -584,7 +595,7 @@ TEST_CASE("an exception while serving stops the run: final checkpoint, Stop to t
   ServeGood(c, 0);
   ServeGood(c, 1);
   learner.learner().TEST_FailNextBatch();
-  c.Send(Step(0, 2, 4, 3, true));  // the batch that fails: never answered with actions
+  c.Send(Step(0, 2, 4, 3, true));  // in the first batch with work in it, which fails: never answered with actions
   const auto reply = c.Receive();
   REQUIRE(reply.has_stop());
   CHECK_THAT(reply.stop().reason(), Catch::Contains("internal error: injected fault"));
