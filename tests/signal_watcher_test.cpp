@@ -70,6 +70,7 @@ TEST_CASE("a repeat well after the first signal ends a process whose stop is stu
 
 TEST_CASE("a hang-up stops like SIGTERM, unless SIGHUP was ignored (nohup)", "[signal]") {
   const int status = InChild([] {
+    std::signal(SIGHUP, SIG_DFL);  // as in a terminal, even when the tests run under nohup
     std::atomic<int> seen{0};
     {
       SignalWatcher watcher([&](int sig) { seen.store(sig); });
