@@ -279,9 +279,9 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
     if (auto s = ParseConfig(text.str(), path, out); !s.ok()) return s;
     // Parsed, so Load cannot throw here. An empty file is more likely a mistake (a truncated copy, the wrong
     // file) than a wish for every default, which would then train the default env without a word.
-    if (YAML::Load(text.str()).IsNull())
+    if (const YAML::Node root = YAML::Load(text.str()); root.IsNull() || (root.IsMap() && root.size() == 0))
       return Status::InvalidArgument(fmt::format(
-          "{}: no config keys (the file is empty or only comments): expected a YAML mapping such as "
+          "{}: no config keys (the file is empty, only comments or {{}}): expected a YAML mapping such as "
           "'env: {{name: CartPole-v1}}'; configs/ holds complete examples",
           path));
   }

@@ -103,7 +103,7 @@ TEST_CASE("malformed YAML reports the line", "[config]") {
 }
 
 TEST_CASE("a config file without keys (empty, or only comments) is refused, naming it", "[config]") {
-  for (const char* text : {"", "\n\n", "# only a comment\n", "---\n"}) {
+  for (const char* text : {"", "\n\n", "# only a comment\n", "---\n", "{}\n"}) {
     const std::string path = "config_test_empty_" + std::to_string(::getpid()) + ".yaml";
     {
       std::ofstream out(path);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "learner/trajectory_store.h"
 
@@ -12,6 +13,8 @@ namespace farm::testing {
 inline void StepWithoutEnding(TrajectoryStore& store, int group, const float* obs, const void* actions,
                               const float* logp, const float* value, const float* reward, int64_t version = 0) {
   static const uint8_t no[64] = {};
+  // Every group is at most all the store's columns: then `no` covers it.
+  if (store.num_envs() > 64) throw std::logic_error("StepWithoutEnding: groups of at most 64 envs");
   store.RecordStep(group, obs, actions, logp, value, version);
   store.RecordOutcome(group, reward, no, no);
 }

@@ -271,8 +271,10 @@ Status WorkerClient::Run() {
     status = (e.num() == EINTR && stop_requested_.load()) ? Status::Closed("stop requested")
                                                            : Status::IoError(fmt::format("ZeroMQ: {}", e.what()));
   } catch (const std::exception& e) {
-    // An env's own code (its step or reset) threw, or the worker ran out of memory: stop, saying what failed.
-    status = Status::Internal(fmt::format("env {}: {}", config_.env.name, e.what()));
+    // An env's own code (its step or reset) threw, most likely; or the worker ran out of memory: stop, saying so.
+    status = Status::Internal(fmt::format("stopped by an exception (from env {}'s step or reset, or the worker "
+                                          "itself): {}",
+                                          config_.env.name, e.what()));
   }
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return status;
