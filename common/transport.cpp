@@ -84,7 +84,8 @@ Status CheckEndpoint(const std::string& endpoint, bool bind) {
   const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
   const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
   const int number = digits ? std::stoi(port) : -1;
-  if (bind ? (port == "*" || (digits && number <= 65535)) : (digits && number >= 1 && number <= 65535))
+  const bool host = colon != std::string::npos && colon > 0;
+  if (host && (bind ? (port == "*" || (digits && number <= 65535)) : (digits && number >= 1 && number <= 65535)))
     return Status::Ok();
   return Status::InvalidArgument(fmt::format("expected tcp://HOST:PORT with PORT a number from {} to 65535{}, got '{}'",
                                              bind ? 0 : 1, bind ? " or * (a free port)" : "", endpoint));

@@ -194,7 +194,7 @@ TEST_CASE("transport.bind needs a port from 0 to 65535 or *", "[config]") {
   }
   // ZeroMQ binds port 99999 as 34463; without a port the address used to be refused as "not a loopback address".
   for (const char* bad : {"tcp://127.0.0.1:99999", "tcp://127.0.0.1", "tcp://[::1]", "tcp://127.0.0.1:", "tcp://h:5x",
-                          "tcp://h:-1", "tcp://h:1234567"}) {
+                          "tcp://h:-1", "tcp://h:1234567", "tcp://:5555"}) {
     FarmConfig c;
     c.transport.bind = bad;
     const auto s = farm::ValidateConfig(c);

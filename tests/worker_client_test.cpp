@@ -86,7 +86,7 @@ TEST_CASE("WorkerClient: a learner endpoint ZeroMQ cannot connect to is refused,
   FarmConfig config;
   config.env.name = "TestFailing-v0";
   for (const char* bad : {"tcp://127.0.0.1:99999", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://h:*",
-                          "udp://127.0.0.1:5555", "127.0.0.1:5555"}) {
+                          "udp://127.0.0.1:5555", "127.0.0.1:5555", "tcp://:5555"}) {
     std::unique_ptr<WorkerClient> client;
     const Status s = WorkerClient::Create(config, 0, bad, &client);
     CHECK(s.code() == Status::Code::kInvalidArgument);

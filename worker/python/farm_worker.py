@@ -1384,7 +1384,7 @@ def check_endpoint(endpoint: str) -> None:
         raise WorkerError(f"the learner's endpoint (--learner): expected tcp://HOST:PORT, ipc://PATH or "
                           f"inproc://NAME, got '{endpoint}'")
     host, colon, port = endpoint[len("tcp://"):].rpartition(":")
-    if not (colon and port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+    if not (colon and host and port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
         raise WorkerError(f"the learner's endpoint (--learner): expected tcp://HOST:PORT with PORT a number from 1 "
                           f"to 65535, got '{endpoint}'")
 
