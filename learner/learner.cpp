@@ -384,8 +384,8 @@ Status Learner::Impl::Init() {
     // A new run would write checkpoints with low update counts next to the old run's, which the keep-newest
     // pruning would then delete at once.
     return Status::InvalidArgument(fmt::format(
-        "run_dir '{}' already holds another run's checkpoints: continue it with --resume (learner.resume: true), "
-        "or choose another run_dir",
+        "run_dir '{}' already holds another run's checkpoints: continue it with --resume (learner.resume: true) once "
+        "no learner is using it, or choose another run_dir",
         run_dir));
   }
   if (!config.learner.init_from.empty()) {
