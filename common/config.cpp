@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -44,6 +45,14 @@ std::string TypeName(const uint64_t*) { return "a non-negative integer"; }
 std::string TypeName(const double*) { return "a number"; }
 std::string TypeName(const std::string*) { return "a string"; }
 
+// Adds `key` (at `path`) to the keys `seen` in one mapping: yaml-cpp accepts a key given twice, and the first one
+// would win without a word.
+void NoteKey(const std::string& key, const std::string& path, std::vector<std::string>* seen) {
+  if (std::find(seen->begin(), seen->end(), key) != seen->end())
+    throw ConfigError(fmt::format("{}: given twice; expected each key once", path));
+  seen->push_back(key);
+}
+
 void CheckRule(double value, const Rule& rule, const std::string& key, const YAML::Node& node) {
   bool ok = std::isfinite(value);
   if (rule.min) ok = ok && (rule.min_exclusive ? value > *rule.min : value >= *rule.min);
@@ -68,8 +77,7 @@ class Loader {
     Read(Path(key), child, field, rule);
   }
 
-  // Rejects keys that no field claimed, and keys given twice (yaml-cpp accepts them, and the first one would
-  // win without a word).
+  // Rejects keys that no field claimed, and keys given twice (NoteKey).
   void Finish() const {
     if (!node_.IsMap()) return;
     std::vector<std::string> seen;
@@ -77,9 +85,7 @@ class Loader {
       const auto key = kv.first.as<std::string>();
       if (std::find(known_.begin(), known_.end(), key) == known_.end())
         throw ConfigError(fmt::format("{}: unknown key; expected one of: {}", Path(key), fmt::join(known_, ", ")));
-      if (std::find(seen.begin(), seen.end(), key) != seen.end())
-        throw ConfigError(fmt::format("{}: given twice; expected each key once", Path(key)));
-      seen.push_back(key);
+      NoteKey(key, Path(key), &seen);
     }
   }
 
@@ -143,9 +149,7 @@ class Loader {
     for (const auto& kv : node) {
       double value = 0;
       const auto name = kv.first.as<std::string>();
-      if (std::find(seen.begin(), seen.end(), name) != seen.end())
-        throw ConfigError(fmt::format("{}.{}: given twice; expected each key once", key, name));
-      seen.push_back(name);
+      NoteKey(name, key + "." + name, &seen);
       Read(key + "." + name, kv.second, value, rule);
       field[name] = value;
     }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace farm {
 namespace {
@@ -31,7 +32,10 @@ zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const
   s.set(zmq::sockopt::routing_id, identity);
   // ZMQ_IMMEDIATE stays off: with it, libzmq 4.3 may discard unread inbound messages (the learner's
   // final Stop) when the connection closes. An absent learner shows as an unanswered handshake instead.
-  s.set(zmq::sockopt::sndtimeo, static_cast<int>(config.worker_give_up_s * 1000));
+  // ValidateConfig bounds worker_give_up_s; the clamp keeps the cast defined for a config that skipped it.
+  s.set(zmq::sockopt::sndtimeo,
+        static_cast<int>(std::clamp(config.worker_give_up_s * 1000, 0.0,
+                                    static_cast<double>(std::numeric_limits<int>::max()))));
   if (curve) {
     s.set(zmq::sockopt::curve_serverkey, curve->server_public_key);
     s.set(zmq::sockopt::curve_publickey, curve->own.public_key);

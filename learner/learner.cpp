@@ -96,7 +96,6 @@ struct Work {
   wire::Envelope msg;  // Hello or StepRequest
   int64_t rows = 0;
   std::shared_ptr<TrainResult> result;
-  std::string reason;
 };
 
 struct TrainJob {
@@ -185,6 +184,7 @@ struct Learner::Impl {
   void CheckStop();
   void Reply(const std::string& identity, const wire::Envelope& env);
   void RequestStop(const std::string& reason);
+  std::string RequestedStopReason();  // RequestStop's reason (any thread may have set it)
   void FailStart(const std::string& why);
   void FailServing(const std::string& what);
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
@@ -329,7 +329,6 @@ void Learner::Impl::RequestStop(const std::string& reason) {
   }
   Work w;
   w.kind = Work::Kind::kStop;
-  w.reason = reason;
   (void)batcher.PushFront(std::move(w));  // Closed only when already shutting down
 }
 
@@ -649,6 +648,11 @@ void Learner::Impl::Reply(const std::string& identity, const wire::Envelope& env
   env.SerializeToString(&scratch);
   reply_push.send(zmq::buffer(identity), zmq::send_flags::sndmore);
   reply_push.send(zmq::buffer(scratch), zmq::send_flags::none);
+}
+
+std::string Learner::Impl::RequestedStopReason() {
+  std::lock_guard<std::mutex> lock(stop_request_mutex);
+  return stop_request_reason;
 }
 
 void Learner::Impl::FailServing(const std::string& what) {
@@ -1059,7 +1063,7 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
       case Work::Kind::kStop:
         if (!stopping) {
           stopping = true;
-          stop_reason = w.reason;
+          stop_reason = RequestedStopReason();
         }
         break;
       case Work::Kind::kTrainerDone:
@@ -1221,10 +1225,9 @@ void Learner::Impl::CheckStop() {
       stopping = true;
       stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
     } else if (stop_requested.load()) {
-      // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch): its reason.
+      // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch).
       stopping = true;
-      std::lock_guard<std::mutex> lock(stop_request_mutex);
-      stop_reason = stop_request_reason;
+      stop_reason = RequestedStopReason();
     }
   }
 }
