@@ -87,6 +87,9 @@ start_cpp_workers() {
 # restart_learner TAG: kill -9 the learner (log TAG-1.log) and resume the run at once, far inside the
 # workers' heartbeat timeout; then every worker must have rejoined on UNKNOWN_WORKER.
 restart_learner() {
+  # Both workers must have joined the first learner (one that starts late only ever knows the second).
+  wait_until 60 grep -q "(2 workers" "$tmp/learner-$1-1.log" ||
+    { echo "FAIL: both $1 workers did not join"; tail -n 8 "$tmp"/*.log; exit 1; }
   wait_rows "$run" 6
   kill_learner "$tmp/learner-$1-1.log"
   start_learner "learner-$1-2.log" --resume "$run"
@@ -94,7 +97,7 @@ restart_learner() {
   local i
   for i in 0 1; do
     grep -q "does not know this worker" "$tmp/$1-$i.log" ||
-      { echo "FAIL: $1 worker $i did not rejoin on UNKNOWN_WORKER"; tail -20 "$tmp/$1"-*.log; exit 1; }
+      { echo "FAIL: $1 worker $i did not rejoin on UNKNOWN_WORKER"; tail -n 20 "$tmp/$1"-*.log "$tmp"/learner-"$1"-*.log; exit 1; }
   done
 }
 
