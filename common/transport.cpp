@@ -25,8 +25,10 @@ constexpr const char* kSecurityDoc = "docs/OPERATIONS.md, \"Security: CURVE keys
 
 }  // namespace
 
-zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const std::string& endpoint,
-                         const TransportConfig& config, const CurveClientKeys* curve) {
+namespace {
+// A DEALER with the project's options, not yet connected.
+zmq::socket_t NewDealer(zmq::context_t& ctx, const std::string& identity, const TransportConfig& config,
+                        const CurveClientKeys* curve) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   CommonOptions(s, config);
   s.set(zmq::sockopt::routing_id, identity);
@@ -41,6 +43,13 @@ zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const
     s.set(zmq::sockopt::curve_publickey, curve->own.public_key);
     s.set(zmq::sockopt::curve_secretkey, curve->own.secret_key);
   }
+  return s;
+}
+}  // namespace
+
+zmq::socket_t MakeDealer(zmq::context_t& ctx, const std::string& identity, const std::string& endpoint,
+                         const TransportConfig& config, const CurveClientKeys* curve) {
+  zmq::socket_t s = NewDealer(ctx, identity, config, curve);
   s.connect(endpoint);
   return s;
 }
@@ -104,60 +113,92 @@ Status CheckBindPolicy(const TransportConfig& config) {
       config.bind, kSecurityDoc));
 }
 
-zmq::socket_t MonitorHandshakes(zmq::context_t& ctx, zmq::socket_t& socket, const std::string& name) {
-  const std::string endpoint = "inproc://farm-handshakes-" + name;
-  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+WatchedDealer WatchedDealer::Connect(zmq::context_t& ctx, const std::string& identity, const std::string& endpoint,
+                                     const TransportConfig& config, const CurveClientKeys* curve) {
+  WatchedDealer d;
+  d.curve_ = curve;
+  d.peer_ = endpoint;
+  d.socket_ = NewDealer(ctx, identity, config, curve);
+  // Monitor first, its PAIR connected, then the DEALER's connect: every event of every connection is queued for
+  // the PAIR, whichever thread gets there first.
+  const std::string events = "inproc://farm-handshakes-" + identity;
+  if (zmq_socket_monitor(d.socket_.handle(), events.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
     throw zmq::error_t();
-  zmq::socket_t monitor(ctx, zmq::socket_type::pair);
-  monitor.set(zmq::sockopt::linger, 0);
-  monitor.connect(endpoint);
-  return monitor;
+  d.monitor_ = zmq::socket_t(ctx, zmq::socket_type::pair);
+  d.monitor_.set(zmq::sockopt::linger, 0);
+  d.monitor_.connect(events);
+  d.socket_.connect(endpoint);
+  return d;
 }
 
-Status CheckHandshakes(zmq::socket_t& monitor, const CurveClientKeys* curve, const std::string& peer) {
-  Status first;
-  while (true) {
+Status WatchedDealer::Check() {
+  while (failure_.ok()) {
     // An event is two frames: 16-bit event and 32-bit value, then the endpoint.
     zmq::message_t event, address;
-    if (!monitor.recv(event, zmq::recv_flags::dontwait)) break;
-    if (event.more() && !monitor.recv(address, zmq::recv_flags::dontwait)) break;
-    if (event.size() < 6 || !first.ok()) continue;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more() && !monitor_.recv(address, zmq::recv_flags::dontwait)) break;
+    if (event.size() < 6) continue;
     uint16_t id = 0;
     uint32_t value = 0;
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
-    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-      first = Status::InvalidArgument(fmt::format(
-          "the learner at {} refused this worker's CURVE public key {} (ZAP status {}): add this worker's "
-          "NAME.pub to the learner's transport.curve_authorized_keys",
-          peer, curve ? curve->own.public_key : std::string("(none)"), value));
-    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-      first = Status::InvalidArgument(
-          curve ? fmt::format("the learner at {} does not use CURVE, but transport.curve is true here", peer)
-                : fmt::format("the learner at {} requires CURVE: set transport.curve: true, "
-                              "transport.curve_worker_secret_key_file and transport.curve_learner_public_key_file "
-                              "(see {})",
-                              peer, kSecurityDoc));
-    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
-      first = Status::InvalidArgument(fmt::format(
-          "the CURVE handshake with the learner at {} failed (cryptographic error): is "
-          "transport.curve_learner_public_key_file the learner's public key?",
-          peer));
-    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-      first = Status::Protocol(
-          fmt::format("the ZMTP handshake with the learner at {} failed: protocol error 0x{:x}", peer, value));
-    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && curve) {
-      // What a client sees when the server cannot decrypt its HELLO: a wrong server key. Also what a
-      // learner that goes away mid-handshake looks like, hence IoError (a reconnection retries it).
-      first = Status::IoError(fmt::format(
-          "the learner at {} closed the connection during the CURVE handshake: is "
-          "transport.curve_learner_public_key_file the learner's public key?",
-          peer));
+    switch (id) {
+      case ZMQ_EVENT_CONNECTED:
+        in_handshake_ = true;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        in_handshake_ = false;
+        handshake_succeeded_ = true;
+        closed_in_handshake_ = 0;
+        break;
+      case ZMQ_EVENT_DISCONNECTED:
+        if (in_handshake_ && ++closed_in_handshake_ >= kHandshakeClosesBeforeFailing) {
+          failure_ = Status::InvalidArgument(
+              curve_ ? fmt::format("the learner at {} closed the connection during the CURVE handshake {} times in a "
+                                   "row: is transport.curve_learner_public_key_file the learner's public key, does "
+                                   "the learner use CURVE, and is this worker's key {} in its "
+                                   "transport.curve_authorized_keys? (see {})",
+                                   peer_, closed_in_handshake_, curve_->own.public_key, kSecurityDoc)
+                     : fmt::format("the learner at {} closed the connection during the ZeroMQ handshake {} times in "
+                                   "a row: it requires CURVE, most likely (set transport.curve: true, "
+                                   "transport.curve_worker_secret_key_file and transport.curve_learner_public_key_file; "
+                                   "see {}), or it is not a farm-learner",
+                                   peer_, closed_in_handshake_, kSecurityDoc));
+        }
+        in_handshake_ = false;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        failure_ = Status::InvalidArgument(fmt::format(
+            "the learner at {} refused this worker's CURVE public key {} (ZAP status {}): add this worker's "
+            "NAME.pub to the learner's transport.curve_authorized_keys",
+            peer_, curve_ ? curve_->own.public_key : std::string("(none)"), value));
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+          failure_ = Status::InvalidArgument(
+              curve_ ? fmt::format("the learner at {} does not use CURVE, but transport.curve is true here", peer_)
+                     : fmt::format("the learner at {} requires CURVE: set transport.curve: true, "
+                                   "transport.curve_worker_secret_key_file and transport.curve_learner_public_key_file "
+                                   "(see {})",
+                                   peer_, kSecurityDoc));
+        } else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+          failure_ = Status::InvalidArgument(fmt::format(
+              "the CURVE handshake with the learner at {} failed (cryptographic error): is "
+              "transport.curve_learner_public_key_file the learner's public key?",
+              peer_));
+        } else {
+          failure_ = Status::Protocol(
+              fmt::format("the ZMTP handshake with the learner at {} failed: protocol error 0x{:x}", peer_, value));
+        }
+        break;
+      default:  // HANDSHAKE_FAILED_NO_DETAIL: the DISCONNECTED that follows counts it
+        break;
     }
   }
-  return first;
+  return failure_;
 }
 
 bool SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::string* scratch) {
@@ -175,24 +216,28 @@ bool ReceiveEnvelope(zmq::socket_t& socket, std::chrono::milliseconds timeout, w
   return true;
 }
 
-bool ReceiveEnvelope(zmq::socket_t& socket, zmq::socket_t& monitor, const CurveClientKeys* curve,
-                     const std::string& peer, std::chrono::milliseconds timeout, wire::Envelope* out,
-                     Status* status) {
+bool ReceiveEnvelope(WatchedDealer& dealer, std::chrono::milliseconds timeout, wire::Envelope* out, Status* status) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
-  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::pollitem_t items[] = {{dealer.socket().handle(), 0, ZMQ_POLLIN, 0},
+                             {dealer.monitor().handle(), 0, ZMQ_POLLIN, 0}};
   while (true) {
+    // Events first, also those queued before this call: a failed handshake is never taken for silence.
+    if (Status s = dealer.Check(); !s.ok()) {
+      *status = std::move(s);
+      return true;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0))) == 0) return false;
-    if (items[1].revents & ZMQ_POLLIN) {
-      if (Status s = CheckHandshakes(monitor, curve, peer); !s.ok()) {
+    if (zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0))) == 0) {
+      if (Status s = dealer.Check(); !s.ok()) {
         *status = std::move(s);
         return true;
       }
+      return false;
     }
     if (items[0].revents & ZMQ_POLLIN) {
       zmq::message_t msg;
-      if (socket.recv(msg, zmq::recv_flags::dontwait)) {
+      if (dealer.socket().recv(msg, zmq::recv_flags::dontwait)) {
         *status = Decode(msg.data(), msg.size(), out);
         return true;
       }

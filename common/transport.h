@@ -44,16 +44,54 @@ Status CheckEndpoint(const std::string& endpoint, bool bind);
 // or an explicit transport.insecure.
 Status CheckBindPolicy(const TransportConfig& config);
 
-// Starts watching `socket`'s ZMTP handshakes (zmq_socket_monitor) and returns
-// the PAIR socket that receives the failures. `name` must be unique in `ctx`
-// among live monitors (the socket's routing id is).
-zmq::socket_t MonitorHandshakes(zmq::context_t& ctx, zmq::socket_t& socket, const std::string& name);
+// Connection events of one DEALER, watched from before it connects (zmq_socket_monitor on the socket,
+// the monitor's PAIR connected, and only then the DEALER's connect): a handshake that ZeroMQ's I/O thread
+// finishes at once still has all of its events read here. It tells the failures of a handshake that
+// retrying cannot mend (a refused CURVE key, CURVE on one side only, a wrong learner public key) apart
+// from a learner that is merely absent (no connection at all, which the caller's timeout covers).
+//
+// A learner that closes the connection before the handshake completes, kHandshakeClosesBeforeFailing
+// times in a row, is such a failure too: that is how a mechanism mismatch looks from the worker when the
+// learner detects it first and resets the connection before the worker has read the learner's greeting
+// (no HANDSHAKE_FAILED_PROTOCOL reaches the worker then, only a closed connection, and ZeroMQ reconnects).
+//
+// Threading: one thread, like the socket.
+class WatchedDealer {
+ public:
+  static constexpr int kHandshakeClosesBeforeFailing = 3;
 
-// Reads every pending event of a MonitorHandshakes socket; returns the first
-// handshake failure that retrying cannot mend (refused CURVE key, CURVE on
-// one side only, a wrong learner public key), else Ok. `curve`: this side's
-// keys (null without CURVE); `peer` names the other side in messages.
-Status CheckHandshakes(zmq::socket_t& monitor, const CurveClientKeys* curve, const std::string& peer);
+  WatchedDealer() = default;
+  WatchedDealer(WatchedDealer&&) = default;
+  WatchedDealer& operator=(WatchedDealer&&) = default;
+
+  // A DEALER as MakeDealer makes it, connected to `endpoint` once its monitor is listening. `identity`
+  // must be unique in `ctx` among live WatchedDealers (it names the monitor's inproc endpoint); `curve`
+  // must outlive the dealer.
+  static WatchedDealer Connect(zmq::context_t& ctx, const std::string& identity, const std::string& endpoint,
+                               const TransportConfig& config, const CurveClientKeys* curve = nullptr);
+
+  zmq::socket_t& socket() { return socket_; }
+  zmq::socket_t& monitor() { return monitor_; }
+  bool valid() const { return static_cast<bool>(socket_); }
+
+  // Reads every pending event; returns the first handshake failure that retrying cannot mend, else Ok
+  // (the failure stays: later calls return it again).
+  Status Check();
+
+  // Connections the learner closed before their handshake completed, since the last one that completed.
+  int closed_in_handshake() const { return closed_in_handshake_; }
+  bool handshake_succeeded() const { return handshake_succeeded_; }
+
+ private:
+  zmq::socket_t socket_;
+  zmq::socket_t monitor_;
+  const CurveClientKeys* curve_ = nullptr;  // this side's keys (null without CURVE)
+  std::string peer_;                        // the learner's endpoint, for messages
+  bool in_handshake_ = false;               // connected, handshake not yet completed
+  bool handshake_succeeded_ = false;
+  int closed_in_handshake_ = 0;
+  Status failure_;
+};
 
 // Serialises into `scratch` (reused to avoid allocations) and sends one
 // frame. Returns false when the socket's send timeout expired (no peer).
@@ -65,9 +103,8 @@ bool SendEnvelope(zmq::socket_t& socket, const wire::Envelope& envelope, std::st
 // EINTR (a signal arrived), which callers treat as "check the stop flag".
 bool ReceiveEnvelope(zmq::socket_t& socket, std::chrono::milliseconds timeout, wire::Envelope* out, Status* status);
 
-// The same, also watching `monitor` (from MonitorHandshakes): a handshake
-// failure ends the wait early, returning true with the failure in `status`.
-bool ReceiveEnvelope(zmq::socket_t& socket, zmq::socket_t& monitor, const CurveClientKeys* curve,
-                     const std::string& peer, std::chrono::milliseconds timeout, wire::Envelope* out, Status* status);
+// The same on a WatchedDealer: a handshake failure (WatchedDealer::Check) ends the wait early, returning
+// true with the failure in `status`.
+bool ReceiveEnvelope(WatchedDealer& dealer, std::chrono::milliseconds timeout, wire::Envelope* out, Status* status);
 
 }  // namespace farm

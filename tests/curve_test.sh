@@ -61,9 +61,31 @@ case "$endpoint" in tcp://127.0.0.1:*) ;; *) fail "expected a loopback endpoint,
 expect_refused stranger "refused this worker's CURVE public key $stranger_pub" "${common[@]}" \
   --set "transport.curve_worker_secret_key_file=$keys/stranger.key" --index 7
 expect_refused plain "requires CURVE" "${common[@]}" --set transport.curve=false --index 8
-expect_refused wrong-learner-key "is transport.curve_learner_public_key_file the learner's public key?" \
+expect_refused wrong-learner-key "is transport.curve_learner_public_key_file the learner's public key" \
   "${common[@]}" --set "transport.curve_worker_secret_key_file=$keys/worker-a.key" \
   --set "transport.curve_learner_public_key_file=$keys/stranger.pub" --index 9
+
+# 3b. A learner that resets every connection before the handshake completes: how a CURVE learner looks to a
+# plain worker on a machine where the learner detects the mismatch first (the worker's ZeroMQ then reports no
+# mismatch, only closed connections, and reconnects). Both workers must say so within seconds, not wait for a
+# Welcome until worker_give_up_s.
+python3 "$root/tests/tools/closing_listener.py" "$tmp/closing.port" &
+pids+=($!)
+wait_until 10 test -s "$tmp/closing.port" || fail "the closing listener did not start"
+closing="tcp://127.0.0.1:$(cat "$tmp/closing.port")"
+saved_endpoint="$endpoint"
+endpoint="$closing"
+expect_refused closing-plain "closed the connection during the ZeroMQ handshake 3 times in a row: it requires CURVE" \
+  "${common[@]}" --set transport.curve=false --index 10
+expect_refused closing-curve "closed the connection during the CURVE handshake 3 times in a row" "${common[@]}" \
+  --set "transport.curve_worker_secret_key_file=$keys/worker-a.key" --index 11
+rc=0
+FARM_PYTHON_PATH="$build_dir/python" timeout 20 "$(farm_python)" "$root/worker/python/farm_worker.py" --learner "$closing" \
+  --env-module "$root/tests/python/cue_env.py:make" --index 12 --give-up-s 20 > "$tmp/closing-py.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && grep -qF "closed the connection during the ZeroMQ handshake 3 times in a row: it requires CURVE" \
+  "$tmp/closing-py.log" || { cat "$tmp/closing-py.log"; fail "closing-py: expected status 1 and the closed-handshake message"; }
+echo "ok: the Python worker: $(grep -F "closed the connection" "$tmp/closing-py.log" | head -1)"
+endpoint="$saved_endpoint"
 
 # 4. The listed worker trains to the end of the run.
 start=$(date +%s)

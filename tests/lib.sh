@@ -68,3 +68,13 @@ else:
     raise SystemExit("free_port: no free port in 20000-32767")
 PY
 }
+# farm_python: a python3 that can import zmq and google.protobuf (the Python worker's needs): $FARM_PYTHON,
+# python3 or /usr/bin/python3 (a pyenv or venv python3 first on PATH may lack Debian's packages).
+farm_python() {
+  local py
+  for py in ${FARM_PYTHON:-} python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    if "$py" -c 'import zmq, google.protobuf' 2>/dev/null; then echo "$py"; return 0; fi
+  done
+  fail "no python3 here can import zmq and google.protobuf (apt-get install -y python3-zmq python3-protobuf)"
+}

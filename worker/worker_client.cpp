@@ -103,8 +103,7 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
   w->waiting_.assign(w->groups_.size(), 0);
   w->sent_at_.resize(w->groups_.size());
   w->stats_.round_trip_us.reserve(kMaxRoundTripSamples);
-  w->socket_ = MakeDealer(w->ctx_, w->identity_, learner_endpoint, config.transport, w->curve_.get());
-  w->monitor_ = MonitorHandshakes(w->ctx_, w->socket_, w->identity_);
+  w->dealer_ = WatchedDealer::Connect(w->ctx_, w->identity_, learner_endpoint, config.transport, w->curve_.get());
   *out = std::move(w);
   return Status::Ok();
 }
@@ -125,16 +124,16 @@ Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
   hello->set_num_agents(static_cast<uint32_t>(spec.num_agents));
   if (spec.global_state) ToWire(*spec.global_state, hello->mutable_global_state());
   if (normalizer_) normalizer_->options().ToWire(hello->mutable_normalization());
-  socket_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
-  const bool sent = SendEnvelope(socket_, env, &scratch_);
-  socket_.set(zmq::sockopt::sndtimeo, static_cast<int>(config_.transport.worker_give_up_s * 1000));
+  dealer_.socket().set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
+  const bool sent = SendEnvelope(dealer_.socket(), env, &scratch_);
+  dealer_.socket().set(zmq::sockopt::sndtimeo, static_cast<int>(config_.transport.worker_give_up_s * 1000));
   if (!sent)
     return Status::IoError(fmt::format("cannot reach the learner at {} within {:.1f} s", endpoint_,
                                        static_cast<double>(timeout.count()) / 1000));
 
   wire::Envelope reply;
   Status status;
-  if (!ReceiveEnvelope(socket_, monitor_, curve_.get(), endpoint_, timeout, &reply, &status))
+  if (!ReceiveEnvelope(dealer_, timeout, &reply, &status))
     return Status::IoError(fmt::format("no answer from the learner at {} within {:.1f} s", endpoint_,
                                        static_cast<double>(timeout.count()) / 1000));
   if (!status.ok()) return status;
@@ -201,7 +200,7 @@ void WorkerClient::SendStep(int g, bool first) {
     if (normalizer_ && !normalizer_->frozen() && req->seq() % static_cast<uint64_t>(config_.ppo.rollout_length) == 0)
       normalizer_->TakeDelta(req->mutable_stats_delta());
   }
-  if (!SendEnvelope(socket_, out_, &scratch_)) {
+  if (!SendEnvelope(dealer_.socket(), out_, &scratch_)) {
     send_failed_ = true;  // reported by the loop
     return;
   }
@@ -301,8 +300,8 @@ Status WorkerClient::Reconnect(const std::string& why) {
   while (!stop_requested_.load()) {
     // A new identity per attempt: a late Welcome for an abandoned attempt must not reach this socket.
     identity_ = fmt::format("{}-c{}", base_identity_, ++connection_);
-    socket_ = MakeDealer(ctx_, identity_, endpoint_, config_.transport, curve_.get());  // drops what the old one held
-    monitor_ = MonitorHandshakes(ctx_, socket_, identity_);
+    dealer_ = WatchedDealer();  // drops what the old socket held (and its monitor) before the new one connects
+    dealer_ = WatchedDealer::Connect(ctx_, identity_, endpoint_, config_.transport, curve_.get());
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     const Status s = Handshake(std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));
@@ -344,7 +343,7 @@ Status WorkerClient::Loop() {
     Status status;
     bool got = false;
     try {
-      got = ReceiveEnvelope(socket_, interval, &in, &status);
+      got = ReceiveEnvelope(dealer_.socket(), interval, &in, &status);
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal: loop re-checks stop_requested_
       throw;
@@ -357,7 +356,7 @@ Status WorkerClient::Loop() {
         last_heard = Clock::now();
         continue;
       }
-      if (!SendEnvelope(socket_, heartbeat, &scratch_)) send_failed_ = true;
+      if (!SendEnvelope(dealer_.socket(), heartbeat, &scratch_)) send_failed_ = true;
       continue;
     }
     last_heard = Clock::now();

@@ -15,6 +15,7 @@
 
 #include "common/config.h"
 #include "common/curve.h"
+#include "common/transport.h"
 #include "common/status.h"
 #include "farm.pb.h"
 #include "worker/env_group.h"
@@ -70,8 +71,7 @@ class WorkerClient {
   std::string endpoint_;
   std::unique_ptr<CurveClientKeys> curve_;  // null without transport.curve
   zmq::context_t ctx_{1};
-  zmq::socket_t socket_;
-  zmq::socket_t monitor_;  // socket_'s handshake failures (a refused CURVE key, ...)
+  WatchedDealer dealer_;  // the DEALER and its connection events (a refused CURVE key, ...)
   std::vector<std::unique_ptr<EnvGroup>> groups_;
   std::unique_ptr<Normalizer> normalizer_;  // null without normalisation; sends obs/rewards from its buffers
   std::vector<int64_t> obs_shape_;  // [group size, obs...] of every request

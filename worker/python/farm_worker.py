@@ -62,6 +62,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 # (docs/ENVIRONMENTS.md); this worker's envs are single-agent: it leaves Hello.num_agents
 # and global_state absent, which the learner reads as one agent per env and no state.
 PROTOCOL_VERSION = 2
+# A learner that closes the connection before the ZeroMQ handshake completes this many times in a row is refusing
+# this worker (as farm-worker: WatchedDealer in common/transport.h).
+HANDSHAKE_CLOSES_BEFORE_FAILING = 3
 _MASK64 = (1 << 64) - 1
 _LITTLE = sys.byteorder == "little"
 _MAX_ROUND_TRIP_SAMPLES = 1 << 20
@@ -994,24 +997,54 @@ class PythonWorker:
         s.setsockopt(zmq.SNDTIMEO, int(self.give_up_s * 1000))
         if self._curve:
             s.curve_secretkey, s.curve_publickey, s.curve_serverkey = self._curve
-        self._monitor = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+        # The monitor is attached (its PAIR connected) before the DEALER connects, so that no event of a handshake
+        # that ZeroMQ's I/O thread completes at once is missed.
+        self._monitor = s.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED |
+                                             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH |
+                                             zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                              zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        self._in_handshake = False
+        self._closed_in_handshake = 0
         s.connect(self.endpoint)
         self._sock = s
 
     def _check_handshakes(self) -> None:
-        """Raises WorkerError when a handshake failed in a way retrying cannot mend (as farm-worker)."""
+        """Raises WorkerError when a handshake failed in a way retrying cannot mend (as farm-worker): a refused
+        CURVE key, CURVE on one side only, a wrong learner key; or a learner that closed the connection before
+        the handshake completed HANDSHAKE_CLOSES_BEFORE_FAILING times in a row (a mechanism mismatch looks so
+        when the learner detects it first and resets the connection before this worker reads its greeting)."""
         zmq = self.zmq
         from zmq.utils.monitor import recv_monitor_message
         while self._monitor is not None and self._monitor.poll(0):
             ev = recv_monitor_message(self._monitor)
             event, value = ev["event"], ev["value"]
-            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            if event == zmq.EVENT_CONNECTED:
+                self._in_handshake = True
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._in_handshake = False
+                self._closed_in_handshake = 0
+            elif event == zmq.EVENT_DISCONNECTED:
+                if self._in_handshake:
+                    self._closed_in_handshake += 1
+                    if self._closed_in_handshake >= HANDSHAKE_CLOSES_BEFORE_FAILING:
+                        n = self._closed_in_handshake
+                        if self._curve:
+                            raise WorkerError(
+                                f"the learner at {self.endpoint} closed the connection during the CURVE handshake "
+                                f"{n} times in a row: is --curve-learner-public-key-file the learner's public key, "
+                                f"does the learner use CURVE, and is this worker's key {self._curve[1].decode()} in "
+                                "its transport.curve_authorized_keys?")
+                        raise WorkerError(
+                            f"the learner at {self.endpoint} closed the connection during the ZeroMQ handshake {n} "
+                            "times in a row: it requires CURVE, most likely (pass --curve-worker-secret-key-file and "
+                            "--curve-learner-public-key-file), or it is not a farm-learner")
+                self._in_handshake = False
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 public = self._curve[1].decode() if self._curve else "(none)"
                 raise WorkerError(f"the learner at {self.endpoint} refused this worker's CURVE public key {public} "
                                   f"(ZAP status {value}): add this worker's NAME.pub to the learner's "
                                   "transport.curve_authorized_keys")
-            if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
                     raise WorkerError(f"the learner at {self.endpoint} does not use CURVE, but CURVE keys were given"
                                       if self._curve else
@@ -1019,9 +1052,6 @@ class PythonWorker:
                                       "--curve-worker-secret-key-file and --curve-learner-public-key-file")
                 raise WorkerError(f"the ZMTP handshake with the learner at {self.endpoint} failed: "
                                   f"protocol error {value:#x}")
-            if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self._curve:
-                raise WorkerError(f"the learner at {self.endpoint} closed the connection during the CURVE "
-                                  "handshake: is --curve-learner-public-key-file the learner's public key?")
 
     def _close(self):
         if self._monitor is not None:
@@ -1059,14 +1089,21 @@ class PythonWorker:
         timeout_s = self.give_up_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while not self._stop_requested:
+            # Events first, also those queued before this call: a failed handshake is never taken for silence.
+            if not self._handshaken:
+                self._check_handshakes()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise LearnerTimeout(f"{silent_what} (the learner at {self.endpoint}, {timeout_s:g} s)")
             # Short slices, so that request_stop() from a signal handler is seen promptly.
-            if not self._handshaken:
-                self._check_handshakes()
             slice_s = min(left, 0.5, self.heartbeat_s / 2)
-            if not self._sock.poll(timeout=int(slice_s * 1000) + 1, flags=self.zmq.POLLIN):
+            if not self._handshaken and self._monitor is not None:
+                # Until the Welcome, the monitor's events end the wait too.
+                ready = dict(self.zmq.zmq_poll([(self._sock, self.zmq.POLLIN), (self._monitor, self.zmq.POLLIN)],
+                                               int(slice_s * 1000) + 1))
+                if self._sock not in ready:
+                    continue
+            elif not self._sock.poll(timeout=int(slice_s * 1000) + 1, flags=self.zmq.POLLIN):
                 # Waiting: tell the learner we are alive (it drops workers silent for
                 # transport.heartbeat_timeout_s), as the C++ worker does.
                 if self._handshaken and time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
