@@ -389,7 +389,7 @@ int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, con
   return MaxSessionMessageBytes(group_rows, observation.numel(), action, global_state ? global_state->numel() : 0);
 }
 
-Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents) {
+Status CheckStepWholeEnvs(const wire::StepRequest& req, uint32_t num_agents) {
   const int64_t k = req.final_obs_index_size();
   if (req.first() && k > 0)
     return Status::Protocol(fmt::format("StepRequest.final_obs_index: {} entries on a first request (no step "
@@ -397,22 +397,6 @@ Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents) {
                                         k));
   if (num_agents <= 1) return Status::Ok();
   const int64_t n = num_agents;
-  // Row r of `bytes` against the first row of its run of n rows (CheckStepGlobalState checked the sizes).
-  auto check_runs = [n](const std::string& bytes, int64_t rows, const char* field) -> Status {
-    if (rows == 0) return Status::Ok();
-    const std::size_t row_bytes = bytes.size() / static_cast<std::size_t>(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (r % n == 0) continue;
-      const int64_t first = r - r % n;
-      if (std::memcmp(bytes.data() + r * row_bytes, bytes.data() + first * row_bytes, row_bytes) != 0)
-        return Status::Protocol(fmt::format("{}: rows {} and {} differ, but they are agents {} and 0 of one env, "
-                                            "whose rows must all hold the env's state",
-                                            field, r, first, r % n));
-    }
-    return Status::Ok();
-  };
-  const int64_t rows = req.global_state().shape_size() > 0 ? req.global_state().shape(0) : 0;
-  if (auto s = check_runs(req.global_state().data(), rows, "StepRequest.global_state"); !s.ok()) return s;
   for (int64_t i = 0; i < k; ++i) {
     const int64_t want = i % n == 0 ? -1 : req.final_obs_index(static_cast<int>(i - i % n)) + i % n;
     const int64_t got = req.final_obs_index(static_cast<int>(i));
@@ -421,17 +405,18 @@ Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents) {
                                           "it must list ({} agents per env: rows e * {} to e * {} + {}, ascending)",
                                           i, got, n, n, n, n - 1));
   }
-  return check_runs(req.final_global_state().data(), k, "StepRequest.final_global_state");
+  return Status::Ok();
 }
 
-Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows,
+Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows, uint32_t num_agents,
                             const std::vector<int64_t>* state_shape) {
   if (state_shape == nullptr) {
     if (req.has_global_state() || req.has_final_global_state())
       return Status::Protocol("StepRequest.global_state: sent, but the worker's Hello declared no global state");
     return Status::Ok();
   }
-  std::vector<int64_t> shape{group_rows};
+  const int64_t n = std::max<uint32_t>(num_agents, 1);
+  std::vector<int64_t> shape{group_rows / n};  // one state per env
   shape.insert(shape.end(), state_shape->begin(), state_shape->end());
   if (auto s = CheckTensor(req.global_state(), DType::kFloat32, shape, "StepRequest.global_state"); !s.ok()) return s;
   const int64_t k = req.first() ? 0 : req.final_obs_index_size();
@@ -440,7 +425,9 @@ Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows,
       return Status::Protocol("StepRequest.final_global_state: sent without final_obs_index entries");
     return Status::Ok();
   }
-  shape[0] = k;
+  if (k % n != 0)
+    return Status::Protocol(fmt::format("StepRequest.final_obs_index: {} entries are not whole envs of {} agents", k, n));
+  shape[0] = k / n;
   return CheckTensor(req.final_global_state(), DType::kFloat32, shape, "StepRequest.final_global_state");
 }
 

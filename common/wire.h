@@ -16,8 +16,11 @@ namespace farm {
 // Bumped on any incompatible change to farm.proto's meaning.
 // 2: multi-agent envs (Hello.num_agents: a request's rows are envs x agents)
 //    and global states (Hello.global_state, StepRequest.global_state and
-//    final_global_state). A learner refuses any other version by name.
-constexpr uint32_t kProtocolVersion = 2;
+//    final_global_state).
+// 3: global states once per env, not once per agent row
+//    (StepRequest.global_state [envs, state...], final_global_state one per
+//    truncated env). A learner refuses any other version by name.
+constexpr uint32_t kProtocolVersion = 3;
 
 // Receivers' limits, far above any real use and low enough that sizes derived
 // from them (envs x elements x 8 bytes) cannot overflow 64 bits.
@@ -74,19 +77,20 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
                         const std::vector<uint64_t>& next_seq);
 
 // The global-state fields of a request that CheckStepRequest accepted, from a
-// worker with `group_rows` rows per group: with `state_shape` (the Hello's
-// global state), global_state [group_rows, state...] and, after the first
-// request, final_global_state [len(final_obs_index), state...] (absent when
-// no row was truncated); without (nullptr), neither field may be present.
-Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows,
+// worker with `group_rows` rows per group and `num_agents` agents per env:
+// with `state_shape` (the Hello's global state), global_state [group_rows /
+// num_agents, state...] (one per env) and, after the first request,
+// final_global_state [len(final_obs_index) / num_agents, state...] (one per
+// truncated env; absent when no env was truncated); without (nullptr),
+// neither field may be present.
+Status CheckStepGlobalState(const wire::StepRequest& req, int64_t group_rows, uint32_t num_agents,
                             const std::vector<int64_t>* state_shape);
 
-// What the learner's centralised critic relies on to run once per env rather than once per agent, for a
-// request that passed CheckStepGlobalState with a state, from a worker of `num_agents` agents per env: the
-// rows of an env (e * num_agents + a) hold one state, bitwise equal, and so do their final states;
-// final_obs_index lists whole envs (num_agents consecutive rows from a multiple of num_agents) and is
-// empty on a first request. Both are what the protocol says a worker sends.
-Status CheckStepStatePerEnv(const wire::StepRequest& req, uint32_t num_agents);
+// What the learner relies on to keep an env's agents together, for a request
+// that passed CheckStepRequest, from a worker of `num_agents` agents per env:
+// final_obs_index lists whole envs (num_agents consecutive rows from a
+// multiple of num_agents) and is empty on a first request.
+Status CheckStepWholeEnvs(const wire::StepRequest& req, uint32_t num_agents);
 
 // A NaN or infinite float in a StepRequest that passed CheckStepRequest.
 struct NonFinite {
@@ -111,9 +115,8 @@ int64_t SanitizeNonFinite(wire::StepRequest* req);
 // Compare with transport.max_message_bytes: ZeroMQ drops a peer that sends more.
 int64_t MaxSessionMessageBytes(int64_t group_size, const Space& observation, const Space& action);
 // The same bound for a session whose requests have `group_rows` rows (envs x
-// agents per group) and, when `global_state` is set, a state per row and a
-// final state per truncated row (generous: the state is added to the larger
-// of request and reply).
+// agents per group) and, when `global_state` is set, states (generous: a
+// state and a final state per row, added to the larger of request and reply).
 int64_t MaxSessionMessageBytes(int64_t group_rows, const Space& observation, const Space& action,
                                const std::optional<Space>& global_state);
 // The same bound from a row's element counts: `obs_numel` floats of

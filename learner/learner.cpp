@@ -633,6 +633,9 @@ void Learner::Impl::TrainerLoop() {
       spdlog::error("PPO update failed: {}", torch_error ? torch_error->what_without_backtrace() : e.what());
       result->stats.policy_loss = std::nan("");
     }
+    // The rollout's arena goes back to the store's pool now, not when the next job arrives: in sync mode the
+    // next rollout is recorded into it.
+    job.rollout = Rollout{};
     result->update_seconds = Seconds(Clock::now() - t0);
     result->version = job.version + 1;
     Work w;
@@ -801,7 +804,8 @@ void Learner::Impl::OnHello(Work& w) {
         !s.ok())
       spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
     store = std::make_unique<TrajectoryStore>(config.ppo.rollout_length, obs.numel(), act,
-                                              use_state ? options.global_state->numel() : 0);
+                                              use_state ? options.global_state->numel() : 0,
+                                              static_cast<int>(num_agents));
     spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder "
                  "{}, critic on {})",
                  env_name, obs.ToString(), act.ToString(), num_agents,
@@ -842,10 +846,11 @@ void Learner::Impl::OnHello(Work& w) {
 // The checks themselves need no LibTorch (common/wire.h), so tests/fuzz feeds them arbitrary bytes.
 Status Learner::Impl::ValidateStep(const WorkerState& ws, const wire::StepRequest& req) const {
   if (auto s = CheckStepRequest(req, ws.group_size, obs_shape, ws.next_seq); !s.ok()) return s;
-  if (auto s = CheckStepGlobalState(req, ws.group_size, state_space ? &state_space->shape : nullptr); !s.ok())
+  if (auto s = CheckStepGlobalState(req, ws.group_size, num_agents, state_space ? &state_space->shape : nullptr);
+      !s.ok())
     return s;
-  // The centralised critic runs once per env: its rows must share one state (as the protocol says they do).
-  return state_space ? CheckStepStatePerEnv(req, num_agents) : Status::Ok();
+  // Truncated envs' final observations (and states) come as whole envs: the critic runs once per env.
+  return CheckStepWholeEnvs(req, num_agents);
 }
 
 void Learner::Impl::ConsumeOutcome(WorkerState& ws, const wire::StepRequest& req) {
@@ -927,10 +932,10 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
       dst += w->msg.step().final_obs_index_size() * obs_numel;
     }
   }
-  // The critic's global states in the same order: each request's, then the final ones. An env's rows share
-  // one state (CheckStepStatePerEnv), so the critic gets one per env, the first row of its run of num_agents
-  // rows (the CUDA graphs, whose buckets are powers of two, take one per row). Serving without training
-  // needs only the actor: no states, no critic (the graphs were captured with them, so they keep them).
+  // The critic's global states in the same order: each request's, then the final ones, one per env as they
+  // come (the critic runs once per env; the CUDA graphs, whose buckets are powers of two, take one per row, so
+  // for them each env's state is repeated for its agents). Serving without training needs only the actor: no
+  // states, no critic (the graphs were captured with them, so they keep them).
   torch::Tensor state;
   if (use_state && (recording || graphed)) {
     const int64_t state_numel = state_space->numel();
@@ -942,13 +947,20 @@ void Learner::Impl::Forward(const std::vector<Work*>& steps, int64_t rows, torch
       if (device.is_cuda()) batch_state = batch_state.pin_memory();
     }
     float* sdst = batch_state.data_ptr<float>();
-    const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(state_numel);
-    auto copy_runs = [&](const std::string& bytes, int64_t n) {
-      for (int64_t r = 0; r < n; r += per, sdst += state_numel)
-        std::memcpy(sdst, bytes.data() + r * row_bytes, row_bytes);
+    const std::size_t env_bytes = sizeof(float) * static_cast<std::size_t>(state_numel);
+    auto copy_envs = [&](const std::string& bytes, int64_t envs) {
+      if (!graphed) {
+        std::memcpy(sdst, bytes.data(), static_cast<std::size_t>(envs) * env_bytes);
+        sdst += envs * state_numel;
+        return;
+      }
+      for (int64_t e = 0; e < envs; ++e)
+        for (uint32_t a = 0; a < num_agents; ++a, sdst += state_numel)
+          std::memcpy(sdst, bytes.data() + e * env_bytes, env_bytes);
     };
-    for (Work* w : steps) copy_runs(w->msg.step().global_state().data(), w->rows);
-    for (Work* w : steps) copy_runs(w->msg.step().final_global_state().data(), w->msg.step().final_obs_index_size());
+    for (Work* w : steps) copy_envs(w->msg.step().global_state().data(), w->rows / num_agents);
+    for (Work* w : steps)
+      copy_envs(w->msg.step().final_global_state().data(), w->msg.step().final_obs_index_size() / num_agents);
     std::vector<int64_t> sshape{state_rows};
     sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
     state = batch_state.narrow(0, 0, state_rows).view(sshape);
@@ -1130,7 +1142,7 @@ void Learner::Impl::MaybeHandOff() {
   TrainJob job;
   LagStats lag;
   job.rollout = store->Take(obs_shape, version, &lag, state_shape);
-  job.rollout.rows_per_state = use_state ? num_agents : 1;  // an env's agent rows are contiguous columns
+  if (!use_state) job.rollout.rows_per_state = 1;  // units of one row: minibatches need not keep an env's agents
   last_lag = lag;
   // The schedule's progress when this rollout began (CleanRL: frac = 1 - (update - 1) / updates): the first
   // update runs at the full learning rate and the last one at lr / updates, not at 0.

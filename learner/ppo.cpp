@@ -219,7 +219,7 @@ PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch:
   // The rows of the units (the units themselves when k is 1); a state per unit, from its first row.
   const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
   AutocastGuard autocast(rows.obs.device(), precision);
-  const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx * k) : torch::Tensor();
+  const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx) : torch::Tensor();
   EvalOutput eval = policy.Evaluate(rows.obs.index_select(0, idx), states, rows.actions.index_select(0, idx));
   eval.logp = eval.logp.to(torch::kFloat32);
   eval.value = eval.value.to(torch::kFloat32);
@@ -267,19 +267,20 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
     throw std::invalid_argument("PpoTrainer::Update: actions must be [T, N] or [T, N, A]");
   }
   CheckShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
-  if (policy_->has_global_state() != rollout.states.defined() ||
-      (rollout.states.defined() &&
-       (rollout.states.dim() < 2 || rollout.states.size(0) != steps || rollout.states.size(1) != envs))) {
-    throw std::invalid_argument(policy_->has_global_state()
-                                    ? "PpoTrainer::Update: the critic takes a global state: states must be [T, N, "
-                                      "state...] with T=" + std::to_string(steps) + ", N=" + std::to_string(envs)
-                                    : "PpoTrainer::Update: states given, but the policy has no global state");
-  }
   // k rows per state: sample whole runs of k rows (units), so that each minibatch's critic sees each state once.
   const int64_t k = rollout.states.defined() ? rollout.rows_per_state : 1;
   if (k < 1 || envs % k != 0)
     throw std::invalid_argument("PpoTrainer::Update: rows_per_state " + std::to_string(k) + " must divide N=" +
                                 std::to_string(envs));
+  if (policy_->has_global_state() != rollout.states.defined() ||
+      (rollout.states.defined() &&
+       (rollout.states.dim() < 2 || rollout.states.size(0) != steps || rollout.states.size(1) != envs / k))) {
+    throw std::invalid_argument(policy_->has_global_state()
+                                    ? "PpoTrainer::Update: the critic takes a global state: states must be [T, N / "
+                                      "rows_per_state, state...] with T=" + std::to_string(steps) + ", N=" +
+                                      std::to_string(envs) + ", rows_per_state=" + std::to_string(k)
+                                    : "PpoTrainer::Update: states given, but the policy has no global state");
+  }
   const int64_t units = batch / k;
 
   std::vector<torch::Tensor> params = policy_->parameters();

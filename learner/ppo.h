@@ -19,8 +19,10 @@ namespace farm {
 // One rollout, time-major: T steps of N envs.
 struct Rollout {
   torch::Tensor obs;       // float [T, N, obs...]
-  torch::Tensor states;    // float [T, N, state...]: the critic's global state per row; undefined without one
-  // Rows n * k .. n * k + k - 1 hold one state (the k agents of an env): the critic runs once per such run,
+  // float [T, N / k, state...] with k = rows_per_state: the critic's global state, one per run of k rows
+  // (an env's agents); undefined without one.
+  torch::Tensor states;
+  // Rows n * k .. n * k + k - 1 share state n (the k agents of an env): the critic runs once per such run,
   // and minibatches take whole runs. 1: every row on its own.
   int64_t rows_per_state = 1;
   torch::Tensor actions;   // int64 [T, N] (discrete), int64 [T, N, K] (multi-discrete) or float [T, N, A]
@@ -74,7 +76,7 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
                        const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config);
 
 // One update's rollout flattened to rows, on the policy's device: the advantages and returns from GAE, the
-// states per row (undefined without a centralised critic).
+// states per unit (a run of k rows; undefined without a centralised critic).
 struct PpoRows {
   torch::Tensor obs;
   torch::Tensor states;

@@ -139,22 +139,24 @@ TEST_CASE("PPO trains a centralised critic on states, where a critic on the obse
   Rollout r = StateDecidesReturn(4, 3, 9);
   Rollout no_states = r;
   no_states.states = torch::Tensor();
-  CHECK_THROWS_WITH(trainer.Update(no_states, 0.0), Catch::Contains("states must be [T, N, state...]"));
+  CHECK_THROWS_WITH(trainer.Update(no_states, 0.0), Catch::Contains("states must be [T, N / rows_per_state, state...]"));
   CHECK_THROWS_WITH(local_trainer.Update(r, 0.0), Catch::Contains("the policy has no global state"));
 
   // Rows in runs of k sharing a state (an env's agents) train on one state per run, minibatches of whole runs.
   Rollout runs = StateDecidesReturn(4, 6, 11);
-  for (int64_t n = 0; n < 6; ++n) {  // make rows 3e..3e+2 one env: its first row's state and return
+  for (int64_t n = 0; n < 6; ++n) {  // make rows 3e..3e+2 one env: its first row's return
     const int64_t first = n - n % 3;
-    runs.states.select(1, n).copy_(runs.states.select(1, first));
     runs.rewards.select(1, n).copy_(runs.rewards.select(1, first));
   }
+  runs.states = runs.states.index_select(1, torch::tensor({0, 3})).contiguous();  // [T, N / 3, ...]: one per env
   runs.rows_per_state = 3;
   const PpoStats run_stats = trainer.Update(runs, 0.0);
   CHECK(run_stats.samples == 24);
   CHECK(std::isfinite(run_stats.value_loss));
   runs.rows_per_state = 4;  // does not divide N = 6
   CHECK_THROWS_WITH(trainer.Update(runs, 0.0), Catch::Contains("rows_per_state 4 must divide N=6"));
+  runs.rows_per_state = 2;  // divides N, but the states are one per 3 rows
+  CHECK_THROWS_WITH(trainer.Update(runs, 0.0), Catch::Contains("states must be [T, N / rows_per_state, state...]"));
 
   // ppo.fused_update on cannot train it, and says why.
   PpoConfig on = config;
@@ -245,54 +247,63 @@ TEST_CASE("a cnn policy trains with the LibTorch update on [T, N, C, H, W] rollo
   CHECK_THROWS_WITH(PpoTrainer(local, on, 1), Catch::Contains("cnn"));
 }
 
-TEST_CASE("the trajectory store keeps a global state per row, by group, and leaves dropped groups out",
+TEST_CASE("the trajectory store keeps a global state per env, by group, and leaves dropped groups out",
           "[ctde][store]") {
-  TrajectoryStore store(/*T=*/2, /*obs_numel=*/1, Space::Discrete(2), /*state_numel=*/4);
-  const int a = store.AddGroup(2);
-  const int b = store.AddGroup(1);
-  const int64_t act2[] = {0, 1}, act1[] = {1};
-  const float obs2[] = {1, 2}, obs1[] = {3}, f2[] = {0, 0}, f1[] = {0};
-  const uint8_t no2[] = {0, 0}, no1[] = {0};
+  // Envs of 2 agents: group a is 2 envs (4 rows), group b 1 env (2 rows).
+  TrajectoryStore store(/*T=*/2, /*obs_numel=*/1, Space::Discrete(2), /*state_numel=*/4, /*agents_per_env=*/2);
+  const int a = store.AddGroup(4);
+  const int b = store.AddGroup(2);
+  const int64_t act4[] = {0, 1, 1, 0}, act2[] = {1, 1};
+  const float obs4[] = {1, 2, 3, 4}, obs2[] = {5, 6}, f4[] = {0, 0, 0, 0}, f2[] = {0, 0};
+  const uint8_t no4[] = {0, 0, 0, 0}, no2[] = {0, 0};
   for (int t = 0; t < 2; ++t) {
-    // Row r of step t holds 100 t + 10 r + element.
+    // Env e of step t holds 100 t + 10 e + element (e counts the envs of both groups).
     float sa[8], sb[4];
-    for (int e = 0; e < 4; ++e) {
-      sa[e] = 100.f * t + e;
-      sa[4 + e] = 100.f * t + 10 + e;
-      sb[e] = 100.f * t + 20 + e;
+    for (int i = 0; i < 4; ++i) {
+      sa[i] = 100.f * t + i;
+      sa[4 + i] = 100.f * t + 10 + i;
+      sb[i] = 100.f * t + 20 + i;
     }
-    store.RecordStep(a, obs2, act2, f2, f2, 0, sa);
-    store.RecordOutcome(a, f2, no2, no2);
-    store.RecordStep(b, obs1, act1, f1, f1, 0, sb);
-    store.RecordOutcome(b, f1, no1, no1);
+    store.RecordStep(a, obs4, act4, f4, f4, 0, sa);
+    store.RecordOutcome(a, f4, no4, no4);
+    store.RecordStep(b, obs2, act2, f2, f2, 0, sb);
+    store.RecordOutcome(b, f2, no2, no2);
   }
-  store.SetBootstrap(a, f2);
-  store.SetBootstrap(b, f1);
+  store.SetBootstrap(a, f4);
+  store.SetBootstrap(b, f2);
   REQUIRE(store.all_full());
   Rollout r = store.Take({1}, 0, nullptr, {2, 2});
-  REQUIRE(r.states.sizes() == torch::IntArrayRef({2, 3, 2, 2}));
+  CHECK(r.rows_per_state == 2);
+  REQUIRE(r.obs.sizes() == torch::IntArrayRef({2, 6, 1}));
+  REQUIRE(r.states.sizes() == torch::IntArrayRef({2, 3, 2, 2}));  // one state per env, not per row
   for (int t = 0; t < 2; ++t)
-    for (int row = 0; row < 3; ++row)
-      for (int e = 0; e < 4; ++e)
-        CHECK(r.states[t][row].flatten()[e].item<float>() == 100.f * t + 10.f * row + e);
+    for (int env = 0; env < 3; ++env)
+      for (int i = 0; i < 4; ++i)
+        CHECK(r.states[t][env].flatten()[i].item<float>() == 100.f * t + 10.f * env + i);
 
-  // Group a's worker is gone: its two columns leave the states too.
+  // Group a's worker is gone: its envs leave the states too.
   store.RemoveGroup(a);
   float sb[4] = {7, 7, 7, 7};
   for (int t = 0; t < 2; ++t) {
-    store.RecordStep(b, obs1, act1, f1, f1, 0, sb);
-    store.RecordOutcome(b, f1, no1, no1);
+    store.RecordStep(b, obs2, act2, f2, f2, 0, sb);
+    store.RecordOutcome(b, f2, no2, no2);
   }
+  store.SetBootstrap(b, f2);
   r = store.Take({1}, 0, nullptr, {2, 2});
   REQUIRE(r.states.sizes() == torch::IntArrayRef({2, 1, 2, 2}));
   CHECK(torch::equal(r.states, torch::full({2, 1, 2, 2}, 7.f)));
-  CHECK_THROWS_WITH(store.Take({1}, 0, nullptr, {3}), Catch::Contains("3 elements") && Catch::Contains("4 per row"));
+  CHECK_THROWS_WITH(store.Take({1}, 0, nullptr, {3}), Catch::Contains("3 elements") && Catch::Contains("4 per env"));
+  CHECK_THROWS_WITH(store.AddGroup(3), Catch::Contains("3 rows are not whole envs of 2 agents"));
 
   // Without states nothing is stored and Rollout::states stays undefined.
   TrajectoryStore plain(1, 1, Space::Discrete(2));
   const int g = plain.AddGroup(1);
+  const int64_t act1[] = {1};
+  const float obs1[] = {3}, f1[] = {0};
+  const uint8_t no1[] = {0};
   plain.RecordStep(g, obs1, act1, f1, f1, 0);
   plain.RecordOutcome(g, f1, no1, no1);
+  plain.SetBootstrap(g, f1);
   CHECK_FALSE(plain.Take({1}, 0, nullptr).states.defined());
 }
 
@@ -418,43 +429,27 @@ TEST_CASE("TorchScript export of a cnn actor with a centralised critic matches A
 
 namespace farm {
 
-TEST_CASE("CheckStepStatePerEnv: an env's rows share one state, final_obs_index lists whole envs",
-          "[ctde][wire]") {
-  // 2 envs of 3 agents: rows 0-2 and 3-5; a [2] state per row.
-  auto request = [](const std::vector<float>& state, const std::vector<int>& finals,
-                    const std::vector<float>& final_state) {
+TEST_CASE("CheckStepWholeEnvs: final_obs_index lists whole envs, none on a first request", "[ctde][wire]") {
+  // 2 envs of 3 agents: rows 0-2 and 3-5.
+  auto request = [](const std::vector<int>& finals) {
     wire::StepRequest req;
     req.set_seq(1);
-    SetTensor(req.mutable_global_state(), DType::kFloat32, {6, 2}, state.data(), state.size() * 4);
     for (int i : finals) req.add_final_obs_index(i);
-    if (!finals.empty())
-      SetTensor(req.mutable_final_global_state(), DType::kFloat32, {static_cast<int64_t>(finals.size()), 2},
-                final_state.data(), final_state.size() * 4);
     return req;
   };
-  const std::vector<float> good = {1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4};
-  CHECK(CheckStepStatePerEnv(request(good, {}, {}), 3).ok());
-  CHECK(CheckStepStatePerEnv(request(good, {3, 4, 5}, {7, 7, 7, 7, 7, 7}), 3).ok());
-  CHECK(CheckStepStatePerEnv(request(good, {0, 1, 2, 3, 4, 5}, std::vector<float>(12, 1)), 3).ok());
-
-  std::vector<float> differ = good;
-  differ[9] = 0;  // row 4 (agent 1 of env 1)
-  CHECK_THAT(CheckStepStatePerEnv(request(differ, {}, {}), 3).message(),
-             Catch::Contains("StepRequest.global_state: rows 4 and 3 differ"));
-  CHECK_THAT(CheckStepStatePerEnv(request(good, {3, 4, 5}, {7, 7, 7, 7, 8, 7}), 3).message(),
-             Catch::Contains("StepRequest.final_global_state: rows 2 and 0 differ"));
-  CHECK_THAT(CheckStepStatePerEnv(request(good, {1, 2, 3}, std::vector<float>(6, 1)), 3).message(),
+  CHECK(CheckStepWholeEnvs(request({}), 3).ok());
+  CHECK(CheckStepWholeEnvs(request({3, 4, 5}), 3).ok());
+  CHECK(CheckStepWholeEnvs(request({0, 1, 2, 3, 4, 5}), 3).ok());
+  CHECK_THAT(CheckStepWholeEnvs(request({1, 2, 3}), 3).message(),
              Catch::Contains("final_obs_index: entry 0 (1) breaks the runs of whole envs"));
-  CHECK_THAT(CheckStepStatePerEnv(request(good, {3, 4}, std::vector<float>(4, 1)), 3).message(),
-             Catch::Contains("final_obs_index: entry 0 (3)"));
-  CHECK_THAT(CheckStepStatePerEnv(request(good, {3, 5, 4}, std::vector<float>(6, 1)), 3).message(),
-             Catch::Contains("entry 1 (5)"));
+  CHECK_THAT(CheckStepWholeEnvs(request({3, 4}), 3).message(), Catch::Contains("final_obs_index: entry 0 (3)"));
+  CHECK_THAT(CheckStepWholeEnvs(request({3, 5, 4}), 3).message(), Catch::Contains("entry 1 (5)"));
   // Single-agent envs: any rows; a first request never has final observations.
-  CHECK(CheckStepStatePerEnv(request(differ, {}, {}), 1).ok());
-  wire::StepRequest first = request(good, {3, 4, 5}, std::vector<float>(6, 1));
+  CHECK(CheckStepWholeEnvs(request({1, 2}), 1).ok());
+  wire::StepRequest first = request({3, 4, 5});
   first.set_seq(0);
   first.set_first(true);
-  CHECK_THAT(CheckStepStatePerEnv(first, 3).message(), Catch::Contains("3 entries on a first request"));
+  CHECK_THAT(CheckStepWholeEnvs(first, 3).message(), Catch::Contains("3 entries on a first request"));
 }
 
 }  // namespace farm

@@ -148,7 +148,7 @@ std::pair<int, int> CheckAgainstUnstacked(const std::string& name, const EnvOpti
       REQUIRE(Floats(stacked->obs() + r * k * frame, k * frame) == want);
     }
     const int64_t s = plain->state_numel();
-    CHECK(Floats(stacked->global_state(), rows * s) == Floats(plain->global_state(), rows * s));
+    CHECK(Floats(stacked->global_state(), plain->size() * s) == Floats(plain->global_state(), plain->size() * s));
   };
   for (int r = 0; r < rows; ++r) pad(r);
   check_rows("after Create");

@@ -119,7 +119,7 @@ FARM_REGISTER_ENV("TestBadTeam-v0", BadDefaults(), BadSpec,
 // ===========================================================================
 // EnvGroup
 
-TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per row", "[multi_agent][group]") {
+TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per env", "[multi_agent][group]") {
   auto group = MakeGroup("TestTeam-v0", {}, 2, 1);
   CHECK(group->size() == 2);
   CHECK(group->num_agents() == kAgents);
@@ -129,8 +129,9 @@ TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per 
   for (int row = 0; row < 6; ++row) {
     INFO("row " << row);
     CHECK(Floats(group->obs() + row * 3, 3) == std::vector<float>{static_cast<float>(row % kAgents), 0.0f, 1.0f});
-    CHECK(Floats(group->global_state() + row * 4, 4) == std::vector<float>{0.0f, 1.0f, 0.0f, 7.0f});
   }
+  for (int e = 0; e < 2; ++e)  // one state per env (protocol 3), not one per agent row
+    CHECK(Floats(group->global_state() + e * 4, 4) == std::vector<float>{0.0f, 1.0f, 0.0f, 7.0f});
 
   // Env 0 gets actions {0, 1, 2} (sum 3), env 1 gets {2, 2, 1} (sum 5): each env reads its own rows.
   const std::vector<int64_t> actions = {0, 1, 2, 2, 2, 1};
@@ -142,8 +143,9 @@ TEST_CASE("EnvGroup: a team env has a row per agent, env-major, and a state per 
     CHECK(group->terminated()[row] == 0);
     CHECK(group->truncated()[row] == 0);
     CHECK(Floats(group->obs() + row * 3, 3) == std::vector<float>{static_cast<float>(row % kAgents), 1.0f, 1.0f});
-    CHECK(Floats(group->global_state() + row * 4, 4) == std::vector<float>{1.0f, 1.0f, sum, 7.0f});
   }
+  CHECK(Floats(group->global_state() + 0 * 4, 4) == std::vector<float>{1.0f, 1.0f, 3.0f, 7.0f});
+  CHECK(Floats(group->global_state() + 1 * 4, 4) == std::vector<float>{1.0f, 1.0f, 5.0f, 7.0f});
   CHECK(group->finished().empty());
   CHECK(group->final_obs_index().empty());
   CHECK(group->final_global_state().empty());
@@ -168,7 +170,7 @@ TEST_CASE("EnvGroup: a team's termination and truncation apply to all its rows",
   CHECK(group->final_obs_index().empty());  // terminated: nothing to bootstrap
   // Env 1 was reset: its rows hold episode 2's first observation and state.
   CHECK(Floats(group->obs() + 4 * 3, 3) == std::vector<float>{1.0f, 0.0f, 2.0f});
-  CHECK(Floats(group->global_state() + 5 * 4, 4) == std::vector<float>{0.0f, 2.0f, 0.0f, 7.0f});
+  CHECK(Floats(group->global_state() + 1 * 4, 4) == std::vector<float>{0.0f, 2.0f, 0.0f, 7.0f});  // env 1
 
   // Steps 2..4: envs 0 and 2 reach the time limit on step 4, env 1 (restarted) does not.
   for (int t = 2; t <= 4; ++t) {
@@ -181,15 +183,16 @@ TEST_CASE("EnvGroup: a team's termination and truncation apply to all its rows",
     CHECK(group->truncated()[row] == (row / kAgents == 1 ? 0 : 1));
     CHECK(group->terminated()[row] == 0);
   }
-  // Final observations and states per truncated row, aligned with final_obs_index.
+  // Final observations per truncated row, aligned with final_obs_index; a final state per truncated env.
   REQUIRE(group->final_obs().size() == 6 * 3);
-  REQUIRE(group->final_global_state().size() == 6 * 4);
+  REQUIRE(group->final_global_state().size() == 2 * 4);
   for (int k = 0; k < 6; ++k) {
     INFO("final row " << k);
     CHECK(Floats(group->final_obs().data() + k * 3, 3) ==
           std::vector<float>{static_cast<float>(k % kAgents), 4.0f, 1.0f});
-    CHECK(Floats(group->final_global_state().data() + k * 4, 4) == std::vector<float>{4.0f, 1.0f, 3.0f, 7.0f});
   }
+  for (int k = 0; k < 2; ++k)
+    CHECK(Floats(group->final_global_state().data() + k * 4, 4) == std::vector<float>{4.0f, 1.0f, 3.0f, 7.0f});
   // The rows themselves already hold the next episode.
   CHECK(Floats(group->global_state() + 0, 4) == std::vector<float>{0.0f, 2.0f, 0.0f, 7.0f});
   REQUIRE(group->finished().size() == 2);
@@ -247,7 +250,7 @@ wire::Hello TeamHello() {
 }  // namespace
 
 TEST_CASE("CheckHello: agents per env and the global state, protocol 1 is refused by name", "[multi_agent][wire]") {
-  CHECK(kProtocolVersion == 2);
+  CHECK(kProtocolVersion == 3);
   Handshake hs;
   REQUIRE(CheckHello(TeamHello(), &hs).ok());
   CHECK(hs.group_size == 4);  // envs
@@ -272,7 +275,9 @@ TEST_CASE("CheckHello: agents per env and the global state, protocol 1 is refuse
   };
   wire::Hello h = TeamHello();
   h.set_protocol_version(1);  // a worker from before multi-agent envs
-  refused(h, "protocol version 1 is not supported (expected 2)");
+  refused(h, "protocol version 1 is not supported (expected 3)");
+  h.set_protocol_version(2);  // a worker that sends a state per agent row
+  refused(h, "protocol version 2 is not supported (expected 3)");
   h = TeamHello();
   h.set_num_envs(1u << 18);
   h.set_num_groups(1);
@@ -286,44 +291,48 @@ TEST_CASE("CheckHello: agents per env and the global state, protocol 1 is refuse
   refused(h, "global state: box shape");
 }
 
-TEST_CASE("CheckStepGlobalState: [rows, state...] and final states aligned with final_obs_index",
+TEST_CASE("CheckStepGlobalState: [envs, state...] and a final state per truncated env",
           "[multi_agent][wire]") {
+  // A group of 2 envs of 3 agents (6 rows), a [2, 2] state per env.
   const std::vector<int64_t> state_shape{2, 2};
   const std::vector<float> state(6 * 4, 0.5f);
   wire::StepRequest first;
   first.set_first(true);
-  SetTensor(first.mutable_global_state(), DType::kFloat32, {6, 2, 2}, state.data(), 6 * 16);
-  CHECK(CheckStepGlobalState(first, 6, &state_shape).ok());
+  SetTensor(first.mutable_global_state(), DType::kFloat32, {2, 2, 2}, state.data(), 2 * 16);
+  CHECK(CheckStepGlobalState(first, 6, 3, &state_shape).ok());
 
   wire::StepRequest step;
   step.set_seq(3);
-  SetTensor(step.mutable_global_state(), DType::kFloat32, {6, 2, 2}, state.data(), 6 * 16);
+  SetTensor(step.mutable_global_state(), DType::kFloat32, {2, 2, 2}, state.data(), 2 * 16);
   step.add_final_obs_index(3);
   step.add_final_obs_index(4);
   step.add_final_obs_index(5);
-  SetTensor(step.mutable_final_global_state(), DType::kFloat32, {3, 2, 2}, state.data(), 3 * 16);
-  CHECK(CheckStepGlobalState(step, 6, &state_shape).ok());
+  SetTensor(step.mutable_final_global_state(), DType::kFloat32, {1, 2, 2}, state.data(), 16);
+  CHECK(CheckStepGlobalState(step, 6, 3, &state_shape).ok());
 
   auto refused = [&](const wire::StepRequest& req, const std::vector<int64_t>* shape, const std::string& why) {
-    const Status st = CheckStepGlobalState(req, 6, shape);
+    const Status st = CheckStepGlobalState(req, 6, 3, shape);
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.message(), Catch::Contains(why));
   };
   wire::StepRequest bad = step;
   bad.clear_global_state();
-  refused(bad, &state_shape, "StepRequest.global_state: expected float32 [6, 2, 2]");
+  refused(bad, &state_shape, "StepRequest.global_state: expected float32 [2, 2, 2]");
   bad = step;
-  SetTensor(bad.mutable_global_state(), DType::kFloat32, {3, 2, 2}, state.data(), 3 * 16);  // per env, not per row
-  refused(bad, &state_shape, "StepRequest.global_state: expected float32 [6, 2, 2], got float32 [3, 2, 2]");
+  SetTensor(bad.mutable_global_state(), DType::kFloat32, {6, 2, 2}, state.data(), 6 * 16);  // per row (protocol 2)
+  refused(bad, &state_shape, "StepRequest.global_state: expected float32 [2, 2, 2], got float32 [6, 2, 2]");
   bad = step;
-  bad.add_final_obs_index(0);  // four final observations, three final states
-  refused(bad, &state_shape, "StepRequest.final_global_state: expected float32 [4, 2, 2]");
+  SetTensor(bad.mutable_final_global_state(), DType::kFloat32, {3, 2, 2}, state.data(), 3 * 16);  // per row
+  refused(bad, &state_shape, "StepRequest.final_global_state: expected float32 [1, 2, 2]");
+  bad = step;
+  bad.add_final_obs_index(0);  // four final observations: not whole envs
+  refused(bad, &state_shape, "4 entries are not whole envs of 3 agents");
   bad = step;
   bad.clear_final_obs_index();
   refused(bad, &state_shape, "final_global_state: sent without final_obs_index entries");
   refused(step, nullptr, "declared no global state");
   wire::StepRequest plain;
-  CHECK(CheckStepGlobalState(plain, 6, nullptr).ok());
+  CHECK(CheckStepGlobalState(plain, 6, 3, nullptr).ok());
 }
 
 TEST_CASE("MaxSessionMessageBytes counts the rows' global states", "[multi_agent][wire]") {
@@ -376,16 +385,12 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
     const Status valid = CheckStepRequest(req, hs.group_rows, hs.observation.shape, next_seq);
     INFO(valid.ToString());
     REQUIRE(valid.ok());
-    const Status state_valid = CheckStepGlobalState(req, hs.group_rows, &hs.global_state->shape);
+    const Status state_valid = CheckStepGlobalState(req, hs.group_rows, hs.num_agents, &hs.global_state->shape);
     INFO(state_valid.ToString());
     REQUIRE(state_valid.ok());
     ++next_seq[req.group()];
-    // Each agent row carries its env's state: rows 0-2 equal, rows 3-5 equal.
-    const std::vector<float> state = FloatsOf(req.global_state());
-    const std::size_t numel = 3 * 36;
-    for (std::size_t row = 0; row < 6; ++row)
-      CHECK(std::equal(state.begin() + row * numel, state.begin() + (row + 1) * numel,
-                       state.begin() + (row / 3) * 3 * numel));
+    // One state per env, not per agent row (protocol 3).
+    CHECK(req.global_state().shape(0) == 2);
     if (!req.first()) {
       // Staying never collides or covers: the team reward is 0 on all six rows.
       for (float r : FloatsOf(req.reward())) CHECK(r == 0.0f);
@@ -394,7 +399,7 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
       CHECK(req.seq() == 3);
       CHECK(std::vector<int32_t>(req.final_obs_index().begin(), req.final_obs_index().end()) ==
             std::vector<int32_t>{0, 1, 2, 3, 4, 5});
-      CHECK(req.final_global_state().shape(0) == 6);
+      CHECK(req.final_global_state().shape(0) == 2);  // one per truncated env
       REQUIRE(req.episodes_size() == 2);  // one per env, not per agent
       CHECK(req.episodes(0).length() == 3);
       ++truncated_requests;

@@ -48,11 +48,8 @@ ActorCritic MakePolicy(const Space& action, bool state) {
 Rollout MakeRollout(ActorCritic& net, int64_t steps, int64_t envs, int64_t k, torch::Device device) {
   const torch::Tensor obs = torch::randn({steps * envs, kObsDim});
   torch::Tensor states;
-  if (net->has_global_state())
-    states = torch::rand({steps, envs / k, 1, 2, 3}).expand({steps, envs / k, k, 2, 3}).reshape({steps * envs, 2, 3});
-  Rollout r = testing::ActedRollout(net, obs, states, steps, envs, device);
-  if (states.defined()) r.rows_per_state = k;
-  return r;
+  if (net->has_global_state()) states = torch::rand({steps * envs / k, 2, 3});  // one per env of k rows
+  return testing::ActedRollout(net, obs, states, steps, envs, device, k);
 }
 
 using testing::RelativeDiff;

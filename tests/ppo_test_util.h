@@ -14,19 +14,23 @@ namespace farm::testing {
 // A rollout of `steps` x `envs` rows acted by `net` on `obs` [steps * envs, obs...] (and `states` [steps * envs,
 // state...] when its critic takes them), so that the first ratios are 1; random rewards, dones (10%) and
 // bootstrap values from the default CPU generator. Every tensor on the CPU; `net` acts on `device`.
+// `states`: [steps * envs / k, state...], one per run of k rows (an env's agents), or undefined.
 inline Rollout ActedRollout(ActorCritic& net, const torch::Tensor& obs, const torch::Tensor& states, int64_t steps,
-                            int64_t envs, torch::Device device = torch::kCPU) {
+                            int64_t envs, torch::Device device = torch::kCPU, int64_t k = 1) {
   c10::InferenceMode inference;
   const ActOutput act = net->Act(obs.to(device), states.defined() ? states.to(device) : states);
-  const auto shaped = [&](const torch::Tensor& rows) {
-    std::vector<int64_t> shape{steps, envs};
+  const auto shaped = [&](const torch::Tensor& rows, int64_t columns) {
+    std::vector<int64_t> shape{steps, columns};
     shape.insert(shape.end(), rows.sizes().begin() + 1, rows.sizes().end());
     return rows.reshape(shape).cpu();
   };
   Rollout r;
-  r.obs = shaped(obs);
-  if (states.defined()) r.states = shaped(states);
-  r.actions = act.action.dim() == 1 ? act.action.reshape({steps, envs}).cpu() : shaped(act.action);
+  r.obs = shaped(obs, envs);
+  if (states.defined()) {
+    r.states = shaped(states, envs / k);
+    r.rows_per_state = k;
+  }
+  r.actions = act.action.dim() == 1 ? act.action.reshape({steps, envs}).cpu() : shaped(act.action, envs);
   r.logp = act.logp.reshape({steps, envs}).cpu();
   r.values = act.value.reshape({steps, envs}).cpu();
   r.rewards = torch::randn({steps, envs});

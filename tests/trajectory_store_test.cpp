@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 using farm::LagStats;
+using farm::Rollout;
 using farm::Space;
 using farm::TrajectoryStore;
 using farm::testing::StepWithoutEnding;
@@ -92,7 +93,7 @@ TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {
   CHECK(r.actions[1][2][0].item<float>() == 3);
 }
 
-TEST_CASE("a removed group's columns are freed and the others keep their data", "[store]") {
+TEST_CASE("a removed group leaves the rollout and the others keep their data", "[store]") {
   // T = 2, obs of 2 floats, multi-discrete actions of 2 components: every field has a width > 1 somewhere.
   TrajectoryStore store(2, 2, Space::MultiDiscrete({3, 4}));
   const int a = store.AddGroup(1);
@@ -163,4 +164,111 @@ TEST_CASE("a removed group leaves the rollout and no longer blocks it", "[store]
   CHECK_FALSE(store.all_full());
   StepWithoutEnding(store, c, o3, act, lp, v, r);
   CHECK(store.all_full());
+}
+
+namespace {
+
+// A uav_coverage-sized store (obs [5, 7, 7], 10 agents per env, a [3, 32, 32] state per env, T 64) with `groups`
+// groups of 4 envs, every group one step in.
+struct ScaleStore {
+  static constexpr int kRows = 40;
+  explicit ScaleStore(int groups) : store(64, 245, Space::Discrete(5), 3072, 10) {
+    obs.assign(kRows * 245, 0.5f);
+    state.assign(4 * 3072, 0.25f);
+    for (int g = 0; g < groups; ++g) ids.push_back(store.AddGroup(kRows));
+    for (int g : ids) Step(g);
+  }
+  void Step(int g) {
+    static const uint8_t no[kRows] = {};
+    store.RecordStep(g, obs.data(), act, small, small, 0, state.data());
+    store.RecordOutcome(g, small, no, no);
+  }
+  TrajectoryStore store;
+  std::vector<int> ids;
+  std::vector<float> obs, state;
+  int64_t act[kRows] = {};
+  float small[kRows] = {};
+};
+
+int64_t CopiedBytes(const TrajectoryStore& s) {
+  return s.copy_stats().record_bytes + s.copy_stats().take_gather_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("a join and a leave touch only the group's own data, however many groups are stored", "[store][scale]") {
+  // What a join and a leave cost, measured with 4 and with 400 other groups (16 and 1,600 envs): the same.
+  std::vector<int64_t> join_mapped;
+  for (int others : {4, 400}) {
+    ScaleStore s(others);
+    const int64_t copied = CopiedBytes(s.store);
+    const int64_t mapped = s.store.bytes();
+    const int joined = s.store.AddGroup(ScaleStore::kRows);
+    CHECK(CopiedBytes(s.store) == copied);  // nobody's data was copied, moved or zero-filled
+    join_mapped.push_back(s.store.bytes() - mapped);
+    s.store.RemoveGroup(s.ids[others / 2]);  // a leave in the middle of the columns
+    s.store.RemoveGroup(joined);
+    CHECK(CopiedBytes(s.store) == copied);
+    CHECK(s.store.steps(s.ids[0]) == 1);  // the others' data is where it was
+    CHECK(s.store.num_rows() == static_cast<int64_t>(others - 1) * ScaleStore::kRows);
+  }
+  // A join maps only its own arena: T x its rows, whatever is stored beside it.
+  REQUIRE(join_mapped.size() == 2);
+  CHECK(join_mapped[0] == join_mapped[1]);
+  CHECK(join_mapped[0] >= 64 * ScaleStore::kRows * (245 * 4 + 8));
+  CHECK(join_mapped[0] < 2 * 64 * ScaleStore::kRows * (245 * 4 + 8 + 4 * 4 + 8 + 3072 * 4 / 10) + 4096);
+}
+
+TEST_CASE("a steady run hands each rollout's arena to the trainer, copies nothing at Take and reuses arenas",
+          "[store][scale]") {
+  TrajectoryStore store(/*T=*/4, /*obs_numel=*/3, Space::Discrete(2), /*state_numel=*/2, /*agents_per_env=*/2);
+  const int a = store.AddGroup(4);
+  const int b = store.AddGroup(2);
+  const float obs[12] = {}, state[4] = {1, 2, 3, 4}, small[4] = {};
+  const int64_t act[4] = {};
+  const uint8_t no[4] = {};
+  auto fill = [&](std::initializer_list<int> groups) {
+    for (int t = 0; t < 4; ++t)
+      for (int g : groups) {
+        store.RecordStep(g, obs, act, small, small, 0, state);
+        store.RecordOutcome(g, small, no, no);
+      }
+    for (int g : groups) store.SetBootstrap(g, small);
+    REQUIRE(store.all_full());
+  };
+  // The first rollout: both groups joined before the first step, so they share an arena from the start.
+  fill({a, b});
+  store.Take({3}, 0, nullptr, {2});
+  CHECK(store.copy_stats().zero_copy_takes == 1);
+  CHECK(store.copy_stats().take_gather_bytes == 0);
+  int64_t mapped = 0;
+  for (int i = 0; i < 10; ++i) {
+    fill({a, b});
+    const Rollout r = store.Take({3}, 0, nullptr, {2});
+    CHECK(r.states.sizes() == torch::IntArrayRef({4, 3, 2}));
+    CHECK(r.states[3][1][1].item<float>() == 4);  // group a, its env 1
+    CHECK(r.states[3][2][1].item<float>() == 2);  // group b, its env 0
+    if (i == 0) mapped = store.bytes();
+    CHECK(store.bytes() == mapped);  // the trainer's rollout goes back to the pool: no new mappings
+  }
+  CHECK(store.copy_stats().zero_copy_takes == 11);
+  CHECK(store.copy_stats().take_gather_bytes == 0);
+  // A group joining mid-rollout gets its own arena; that rollout's Take gathers, the next is whole again.
+  store.RecordStep(a, obs, act, small, small, 0, state);
+  store.RecordOutcome(a, small, no, no);
+  const int c = store.AddGroup(2);
+  for (int t = 1; t < 4; ++t) {
+    store.RecordStep(a, obs, act, small, small, 0, state);
+    store.RecordOutcome(a, small, no, no);
+  }
+  store.SetBootstrap(a, small);
+  fill({b, c});
+  const Rollout gathered = store.Take({3}, 0, nullptr, {2});
+  CHECK(gathered.obs.size(1) == 8);
+  CHECK(store.copy_stats().take_gather_bytes > 0);
+  const int64_t after_join = store.copy_stats().take_gather_bytes;
+  fill({a, b, c});
+  store.Take({3}, 0, nullptr, {2});
+  CHECK(store.copy_stats().take_gather_bytes == after_join);
+  CHECK(store.copy_stats().zero_copy_takes == 12);
 }

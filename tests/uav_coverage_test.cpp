@@ -403,9 +403,6 @@ TEST_CASE("uav_coverage: through EnvGroup the team reward is on every agent row,
         const int row = e * kAgents + a;
         REQUIRE(group->reward()[row] == group->reward()[e * kAgents]);
         REQUIRE(group->truncated()[row] == group->truncated()[e * kAgents]);
-        // Each agent row carries its env's state.
-        REQUIRE(std::equal(group->global_state() + row * state_numel, group->global_state() + (row + 1) * state_numel,
-                           group->global_state() + e * kAgents * state_numel));
       }
       REQUIRE(group->terminated()[e * kAgents] == 0);  // random moves do not cover 59 cells in 20 steps
       returns[e] += group->reward()[e * kAgents];
@@ -416,15 +413,15 @@ TEST_CASE("uav_coverage: through EnvGroup the team reward is on every agent row,
   for (int r = 0; r < kEnvs * kAgents; ++r) all_rows[r] = r;
   CHECK(group->final_obs_index() == all_rows);
   CHECK(group->final_obs().size() == static_cast<std::size_t>(kEnvs * kAgents * group->obs_numel()));
-  CHECK(group->final_global_state().size() == static_cast<std::size_t>(kEnvs * kAgents * state_numel));
+  CHECK(group->final_global_state().size() == static_cast<std::size_t>(kEnvs * state_numel));  // one per env
   REQUIRE(group->finished().size() == static_cast<std::size_t>(kEnvs));
   for (int e = 0; e < kEnvs; ++e) {
     CHECK(group->finished()[e].length == kSteps);
     CHECK(group->finished()[e].episode_return == Approx(returns[e]));
     // The final state was the last step's map (coverage > start cells); the new one starts over.
     auto covered = [&](const float* state) { return std::count(state + 64, state + 128, 1.0f); };
-    CHECK(covered(group->final_global_state().data() + e * kAgents * state_numel) > kAgents);
-    CHECK(covered(group->global_state() + e * kAgents * state_numel) == kAgents);
+    CHECK(covered(group->final_global_state().data() + e * state_numel) > kAgents);
+    CHECK(covered(group->global_state() + e * state_numel) == kAgents);
   }
 }
 
@@ -439,7 +436,7 @@ TEST_CASE("uav_coverage: same seed gives the same episodes, different seeds diff
       for (auto& a : actions) a = static_cast<int64_t>(rng() % 5);
       group->Step(actions.data(), nullptr);
       trace.insert(trace.end(), group->obs(), group->obs() + 10 * group->obs_numel());
-      trace.insert(trace.end(), group->global_state(), group->global_state() + 10 * group->state_numel());
+      trace.insert(trace.end(), group->global_state(), group->global_state() + group->size() * group->state_numel());
       trace.insert(trace.end(), group->reward(), group->reward() + 10);
     }
     return trace;

@@ -173,7 +173,7 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   const auto state_numel = static_cast<std::size_t>(group->state_numel_);
   group->frames_.assign(rows * static_cast<std::size_t>(group->frame_numel_), 0.0f);
   if (k > 1) group->stacked_.assign(rows * obs_numel, 0.0f);
-  group->global_state_.assign(rows * state_numel, 0.0f);
+  group->global_state_.assign(n * state_numel, 0.0f);  // one state per env
   group->reward_.assign(rows, 0.0f);
   group->terminated_.assign(rows, 0);
   group->truncated_.assign(rows, 0);
@@ -183,7 +183,7 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   // free of allocations.
   group->final_obs_index_.reserve(rows);
   group->final_obs_.reserve(rows * obs_numel);
-  group->final_global_state_.reserve(rows * state_numel);
+  group->final_global_state_.reserve(n * state_numel);
   group->finished_.reserve(n);
   // Start in a steppable state; a later Reset() simply starts new episodes.
   try {
@@ -199,10 +199,7 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
 
 void EnvGroup::WriteState(int e) {
   if (state_numel_ == 0) return;
-  const auto n = static_cast<std::size_t>(state_numel_);
-  float* first = global_state_.data() + static_cast<std::size_t>(e) * spec_.num_agents * n;
-  envs_[e]->state(first);
-  for (int a = 1; a < spec_.num_agents; ++a) std::copy(first, first + n, first + static_cast<std::size_t>(a) * n);
+  envs_[e]->state(global_state_.data() + static_cast<std::size_t>(e) * static_cast<std::size_t>(state_numel_));
 }
 
 void EnvGroup::PushFrames(int e) {
@@ -311,8 +308,8 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
         const float* last = EnvObs(e);
         final_obs_.insert(final_obs_.end(), last, last + agents * obs_numel_);
         if (state_numel_ > 0) {
-          const float* state = global_state_.data() + static_cast<std::size_t>(first_row) * state_numel_;
-          final_global_state_.insert(final_global_state_.end(), state, state + agents * state_numel_);
+          const float* state = global_state_.data() + static_cast<std::size_t>(e) * state_numel_;
+          final_global_state_.insert(final_global_state_.end(), state, state + state_numel_);
         }
       }
       ResetEnv(e);

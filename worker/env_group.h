@@ -35,7 +35,7 @@ struct EnvGroupLayout {
   int frame_stack = 1;
   std::vector<int64_t> obs_shape;  // a row's observation, stacked: the group's spec().observation.shape
   int64_t obs_numel = 0;           // its elements: frame_stack x env_spec.observation.numel()
-  int64_t state_numel = 0;         // a row's global state; 0 without one
+  int64_t state_numel = 0;         // an env's global state; 0 without one
   int64_t rows = 0;                // num_envs x env_spec.num_agents
 };
 
@@ -77,7 +77,7 @@ class EnvGroup {
   int rows() const { return size() * num_agents(); }
   int64_t obs_numel() const { return obs_numel_; }  // per row, stacked: frame_stack() x frame_numel()
   int64_t frame_numel() const { return frame_numel_; }  // per row, one env observation
-  int64_t state_numel() const { return state_numel_; }  // per row; 0 without a global state
+  int64_t state_numel() const { return state_numel_; }  // per env; 0 without a global state
 
   // Resets every env; obs() holds the first observations, flags are cleared.
   void Reset();
@@ -97,9 +97,9 @@ class EnvGroup {
   // obs(): the frames before the reset, the last one newest).
   const std::vector<int32_t>& final_obs_index() const { return final_obs_index_; }
   const std::vector<float>& final_obs() const { return final_obs_; }
-  // With a global state only (no data otherwise): [rows, state...], each row
-  // holding its env's state (after the auto-reset, like obs()); and the final
-  // states of the truncated rows, aligned with final_obs_index().
+  // With a global state only (no data otherwise): [envs, state...], one per
+  // env (after the auto-reset, like obs()); and the final state of each
+  // truncated env, in the order final_obs_index() lists them.
   const float* global_state() const { return global_state_.data(); }
   const std::vector<float>& final_global_state() const { return final_global_state_; }
   // Episodes that ended in the last Step, one per env (team return), in env order.
@@ -111,7 +111,7 @@ class EnvGroup {
   static Status Plan(const std::string& env_name, const std::map<std::string, double>& options, int num_envs,
                      int frame_stack, const EnvFamily** family, EnvOptions* resolved, EnvGroupLayout* out);
   void ResetEnv(int e);
-  // Env e's state into its first row, copied to its other rows.
+  // Env e's state into global_state_[e].
   void WriteState(int e);
   // Frame stacking, no-ops for frame_stack 1: env e's rows of frames_ (just
   // written by the env) become the newest frame of its stacked rows, or, after

@@ -165,11 +165,11 @@ void WorkerClient::SendStep(int g, bool first) {
   const float* reward = normalizer_ ? normalizer_->reward(g) : group.reward();
   const std::vector<float>& final_obs = normalizer_ ? normalizer_->final_obs(g) : group.final_obs();
   SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape_, obs, obs_bytes);
-  if (group.state_numel() > 0) {
-    std::vector<int64_t> shape{n};
+  if (group.state_numel() > 0) {  // one state per env
+    std::vector<int64_t> shape{group.size()};
     shape.insert(shape.end(), group.spec().global_state->shape.begin(), group.spec().global_state->shape.end());
     SetTensor(req->mutable_global_state(), DType::kFloat32, shape, group.global_state(),
-              static_cast<std::size_t>(n * group.state_numel()) * sizeof(float));
+              static_cast<std::size_t>(group.size() * group.state_numel()) * sizeof(float));
   }
   if (!first) {
     SetTensor(req->mutable_reward(), DType::kFloat32, {n}, reward, static_cast<std::size_t>(n) * sizeof(float));
@@ -181,8 +181,9 @@ void WorkerClient::SendStep(int g, bool first) {
       std::vector<int64_t> shape{static_cast<int64_t>(idx.size())};
       shape.insert(shape.end(), group.spec().observation.shape.begin(), group.spec().observation.shape.end());
       SetTensor(req->mutable_final_obs(), DType::kFloat32, shape, final_obs.data(), final_obs.size() * sizeof(float));
-      if (group.state_numel() > 0) {
+      if (group.state_numel() > 0) {  // one final state per truncated env
         shape.resize(1);
+        shape[0] = static_cast<int64_t>(idx.size()) / group.num_agents();
         shape.insert(shape.end(), group.spec().global_state->shape.begin(), group.spec().global_state->shape.end());
         SetTensor(req->mutable_final_global_state(), DType::kFloat32, shape, group.final_global_state().data(),
                   group.final_global_state().size() * sizeof(float));

@@ -23,8 +23,8 @@ inline constexpr int64_t kNumActions = 4;
 inline const std::vector<int64_t> kBoxActionShape{2};
 // The seq each group expects next: group 0 has not started, group 1 is at step 7.
 inline const std::vector<uint64_t> kNextSeq{0, 7};
-// The same layout for a multi-agent env (protocol 2): 2 agents per env, so 6 rows per group, and a
-// global state of shape [5] per row.
+// The same layout for a multi-agent env: 2 agents per env, so 6 rows per group, and a global state of
+// shape [5] per env (protocol 3).
 inline constexpr uint32_t kNumAgents = 2;
 inline constexpr int64_t kGroupRows = kGroupSize * kNumAgents;
 inline const std::vector<int64_t> kStateShape{5};
@@ -82,9 +82,9 @@ inline std::vector<std::pair<std::string, wire::Envelope>> SeedMessages() {
   {
     // Env 1 of the group was truncated: its two agent rows (2 and 3) have final observations and states.
     std::vector<float> rows_obs(static_cast<std::size_t>(kGroupRows * kObsNumel), 0.25f);
-    std::vector<float> state(static_cast<std::size_t>(kGroupRows * kStateNumel));
-    for (int64_t r = 0; r < kGroupRows; ++r)
-      for (int64_t j = 0; j < kStateNumel; ++j) state[static_cast<std::size_t>(r * kStateNumel + j)] = (r / 2) + 0.1f * j;
+    std::vector<float> state(static_cast<std::size_t>(kGroupSize * kStateNumel));
+    for (int64_t e = 0; e < kGroupSize; ++e)
+      for (int64_t j = 0; j < kStateNumel; ++j) state[static_cast<std::size_t>(e * kStateNumel + j)] = e + 0.1f * j;
     auto* s = add("step_multi_agent").mutable_step();
     s->set_group(1);
     s->set_seq(kNextSeq[1]);
@@ -96,9 +96,9 @@ inline std::vector<std::pair<std::string, wire::Envelope>> SeedMessages() {
     s->add_final_obs_index(2);
     s->add_final_obs_index(3);
     SetTensor(s->mutable_final_obs(), DType::kFloat32, {2, 2, 3}, rows_obs.data(), 2 * kObsNumel * 4);
-    SetTensor(s->mutable_global_state(), DType::kFloat32, {kGroupRows, kStateNumel}, state.data(), state.size() * 4);
-    SetTensor(s->mutable_final_global_state(), DType::kFloat32, {2, kStateNumel}, state.data() + 2 * kStateNumel,
-              2 * kStateNumel * 4);
+    SetTensor(s->mutable_global_state(), DType::kFloat32, {kGroupSize, kStateNumel}, state.data(), state.size() * 4);
+    SetTensor(s->mutable_final_global_state(), DType::kFloat32, {1, kStateNumel}, state.data() + kStateNumel,
+              kStateNumel * 4);
   }
   {
     auto* a = add("action_discrete").mutable_action();

@@ -2,7 +2,7 @@
 //
 // Decode() parses an Envelope; then, per message kind, the checks a receiver
 // makes before it touches the payload: CheckHello, CheckStepRequest,
-// CheckStepGlobalState, CheckStepStatePerEnv and the non-finite scan (the
+// CheckStepGlobalState, CheckStepWholeEnvs and the non-finite scan (the
 // learner, against the fixed handshakes of fuzz_messages.h) and CheckTensor on
 // an ActionReply (the worker). Whatever a check accepts is then read the way
 // the receiver reads it, at the sizes the handshake implies, so ASan sees any
@@ -80,8 +80,8 @@ void OnHello(const wire::Hello& h) {
 // a global state of that shape and `agents` agents per env), then its reads of what they accepted.
 void OnStepFrom(const wire::StepRequest& req, int64_t rows, const std::vector<int64_t>* state, uint32_t agents) {
   if (!CheckStepRequest(req, rows, fuzz::kObsShape, fuzz::kNextSeq).ok()) return;
-  if (!CheckStepGlobalState(req, rows, state).ok()) return;
-  if (state && !CheckStepStatePerEnv(req, agents).ok()) return;
+  if (!CheckStepGlobalState(req, rows, agents, state).ok()) return;
+  if (!CheckStepWholeEnvs(req, agents).ok()) return;
   const int64_t n = rows;
   // The learner copies the observations into its batch tensor: exactly n rows.
   std::vector<float> batch(static_cast<std::size_t>(n * fuzz::kObsNumel));
@@ -89,14 +89,18 @@ void OnStepFrom(const wire::StepRequest& req, int64_t rows, const std::vector<in
   std::memcpy(batch.data(), req.obs().data().data(), req.obs().data().size());
   const int64_t k = req.first() ? 0 : req.final_obs_index_size();
   if (state) {
-    std::vector<float> states(static_cast<std::size_t>((n + k) * fuzz::kStateNumel));
-    Require(req.global_state().data().size() == static_cast<std::size_t>(n * fuzz::kStateNumel) * sizeof(float),
+    // One state per env: the learner copies n / agents of them, then one per truncated env.
+    const int64_t envs = n / agents, final_envs = k / agents;
+    Require(k % agents == 0, "accepted final_obs_index entries that are not whole envs");
+    std::vector<float> states(static_cast<std::size_t>((envs + final_envs) * fuzz::kStateNumel));
+    Require(req.global_state().data().size() == static_cast<std::size_t>(envs * fuzz::kStateNumel) * sizeof(float),
             "accepted global_state of the wrong size");
     std::memcpy(states.data(), req.global_state().data().data(), req.global_state().data().size());
     if (k > 0) {
-      Require(req.final_global_state().data().size() == static_cast<std::size_t>(k * fuzz::kStateNumel) * sizeof(float),
+      Require(req.final_global_state().data().size() ==
+                  static_cast<std::size_t>(final_envs * fuzz::kStateNumel) * sizeof(float),
               "accepted final_global_state of the wrong size");
-      std::memcpy(states.data() + n * fuzz::kStateNumel, req.final_global_state().data().data(),
+      std::memcpy(states.data() + envs * fuzz::kStateNumel, req.final_global_state().data().data(),
                   req.final_global_state().data().size());
     }
   }

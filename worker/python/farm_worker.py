@@ -61,7 +61,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 # common/wire.h kProtocolVersion. Version 2 added multi-agent envs and global states
 # (docs/ENVIRONMENTS.md); this worker's envs are single-agent: it leaves Hello.num_agents
 # and global_state absent, which the learner reads as one agent per env and no state.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 # A learner that closes the connection before the ZeroMQ handshake completes this many times in a row is refusing
 # this worker (as farm-worker: WatchedDealer in common/transport.h).
 HANDSHAKE_CLOSES_BEFORE_FAILING = 3
