@@ -127,6 +127,9 @@ struct LearnerConfig {
   // NaN or +-Inf in a request's obs, reward, final_obs or episode returns: reject = answer it with an Error
   // and record nothing; sanitize = replace each by 0, record and act, and warn (once per worker per 10 s).
   std::string non_finite = "reject";
+  // The log says when the inference thread has been busy in one thing (a batch, building the policy, a
+  // checkpoint) for this long; the I/O thread keeps answering the workers meanwhile.
+  double stall_warn_s = 5.0;
 
   template <class V> void visit(V& v) {
     v("device", device);
@@ -143,6 +146,7 @@ struct LearnerConfig {
     v("keep_checkpoints", keep_checkpoints, Rule::AtLeast(0));
     v("progress_interval_s", progress_interval_s, Rule::Positive());
     v("min_workers", min_workers, Rule::AtLeast(1));
+    v("stall_warn_s", stall_warn_s, Rule::Positive());
   }
 };
 

@@ -3,7 +3,7 @@
 // released when it holds max_rows rows, when `ready_items` items are queued,
 // or max_wait after its first item arrived, whichever comes first.
 //
-// Threading: any number of producers (Push/PushFront), one consumer
+// Threading: any number of producers (Push/TryPush/PushFront), one consumer
 // (NextBatch). Close() wakes every waiter; afterwards Push and NextBatch fail
 // with Status::Closed (NextBatch first drains nothing: pending items are dropped).
 #pragma once
@@ -37,6 +37,18 @@ class DynamicBatcher {
     can_push_.wait(lock, [&] { return closed_ || queue_.size() < capacity_; });
     if (closed_) return Status::Closed("batcher closed");
     Enqueue(std::move(item), /*front=*/false);
+    return Status::Ok();
+  }
+
+  // Never blocks: queues the item when there is room (true), else leaves it with the caller (false). Closed
+  // when the batcher is closed (the item is then dropped).
+  Status TryPush(T&& item, bool* queued) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *queued = false;
+    if (closed_) return Status::Closed("batcher closed");
+    if (queue_.size() >= capacity_) return Status::Ok();
+    Enqueue(std::move(item), /*front=*/false);
+    *queued = true;
     return Status::Ok();
   }
 

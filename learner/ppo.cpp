@@ -250,7 +250,7 @@ torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, dou
   return total.to(torch::kFloat64);
 }
 
-PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
+PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel) {
   if (!rollout.rewards.defined() || rollout.rewards.dim() != 2) {
     throw std::invalid_argument("PpoTrainer::Update: rewards must be [T, N]");
   }
@@ -308,7 +308,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
 
   if (fused_) {  // never with states (see the constructor)
     fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
-                &stats);
+                &stats, cancel);
     stats.loss_scale = scaler_.scale();
     stats.explained_variance = ExplainedVariance(b_values, b_returns);
     return stats;
@@ -332,9 +332,15 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
     graphed_->Begin(rows, k, per_minibatch, stats.learning_rate);
     for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
       const torch::Tensor perm = permutation();
-      for (int64_t mb = 0; mb < num_minibatches; ++mb)
+      for (int64_t mb = 0; mb < num_minibatches; ++mb) {
         graphed_->Step(perm.slice(0, mb * per_minibatch, (mb + 1) * per_minibatch));
+        if (cancel && cancel->load(std::memory_order_relaxed)) {
+          stats.cancelled = true;
+          break;
+        }
+      }
       ++stats.epochs;
+      if (stats.cancelled) break;
       if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
     }
     const GraphedPpoStep::Sums sums = graphed_->End();
@@ -381,8 +387,13 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress) {
       stat_sums += LossStats(loss);
       last_approx_kl = loss.approx_kl;
       ++minibatches_run;
+      if (cancel && cancel->load(std::memory_order_relaxed)) {
+        stats.cancelled = true;
+        break;
+      }
     }
     ++stats.epochs;
+    if (stats.cancelled) break;
     // As CleanRL: after each epoch, stop when the last minibatch's approx KL (measured just before its step,
     // so with the policy updated by the rest of the epoch) exceeds the target.
     if (config_.target_kl && last_approx_kl.item<double>() > *config_.target_kl) break;

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,8 +56,9 @@ struct PpoStats {
   double grad_norm = 0;       // mean pre-clip norm over the minibatches whose optimizer step ran
   double loss_scale = 1;      // the loss scaler's scale after the update (1 unless fp16)
   int64_t skipped_steps = 0;  // optimizer steps skipped in this update for inf/NaN grads (fp16 only)
-  int epochs = 0;             // epochs actually run (target_kl may stop early)
+  int epochs = 0;             // epochs begun (target_kl may stop early; a cancelled update counts its last)
   int64_t samples = 0;
+  bool cancelled = false;     // cut short by Update's `cancel` (a stop request): fewer minibatch steps ran
 
   std::vector<std::pair<std::string, double>> Items() const;
 };
@@ -127,7 +129,9 @@ class PpoTrainer {
   // run done before this update (drives linear LR annealing).
   // Per minibatch: forward and loss under AutocastGuard (the loss in float32), backward of the scaled loss,
   // unscale, grad-norm clip, optimizer step (skipped on inf/NaN grads), scale update.
-  PpoStats Update(const Rollout& rollout, double progress);
+  // `cancel` (optional): when it becomes true the update stops after the minibatch step in progress (at least
+  // one runs), with stats.cancelled set; the parameters are those of the steps that ran.
+  PpoStats Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel = nullptr);
 
   ActorCritic policy() const { return policy_; }
   torch::optim::Adam& optimizer() { return *optimizer_; }

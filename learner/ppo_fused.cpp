@@ -670,7 +670,7 @@ void FusedPpoUpdate::AdamStep() {
 }
 
 void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, torch::optim::Adam& optimizer,
-                         PpoStats* stats) {
+                         PpoStats* stats, const std::atomic<bool>* cancel) {
   const int64_t batch = input.logp.defined() ? input.logp.numel() : 0;
   if (batch == 0) throw std::invalid_argument("FusedPpoUpdate: empty batch");
   Bind(optimizer);
@@ -745,8 +745,13 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
       for (int k = 0; k < 6; ++k) sums[k] += mb_stats[k];
       last_approx_kl = mb_stats[3];
       ++minibatches_run;
+      if (cancel && cancel->load(std::memory_order_relaxed)) {
+        stats->cancelled = true;
+        break;
+      }
     }
     ++stats->epochs;
+    if (stats->cancelled) break;
     if (config_.target_kl && last_approx_kl > *config_.target_kl) break;
   }
   const double n = static_cast<double>(minibatches_run);

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <vector>
@@ -67,7 +68,9 @@ class FusedPpoUpdate {
   // trainer does it). Fills stats->{policy_loss, value_loss, entropy, approx_kl, old_approx_kl,
   // clip_fraction, grad_norm, epochs}. Throws std::invalid_argument on malformed input or an optimizer that
   // does not hold every parameter; c10::Error on an out-of-range discrete action (as gather would).
-  void Run(const PpoBatch& batch, torch::Generator& generator, torch::optim::Adam& optimizer, PpoStats* stats);
+  // `cancel`: as PpoTrainer::Update's (stops after the minibatch step in progress, at least one).
+  void Run(const PpoBatch& batch, torch::Generator& generator, torch::optim::Adam& optimizer, PpoStats* stats,
+           const std::atomic<bool>* cancel = nullptr);
 
  private:
   struct Layer;

@@ -556,18 +556,24 @@ TEST_CASE("a client that never reads what it is sent cannot stall the learner", 
 }
 
 TEST_CASE("the learner stops while clients keep sending into a full queue", "[learner][protocol]") {
-  auto learner = std::make_unique<ServedLearner>([](FarmConfig& c) { c.batcher.queue_capacity = 1; });
+  // The smallest queue that admits a worker of two groups (16 slots are kept for control messages).
+  auto learner = std::make_unique<ServedLearner>([](FarmConfig& c) { c.batcher.queue_capacity = 18; });
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Discrete(4);
   Client chatty(learner->endpoint(), "chatty");
   Join(chatty, obs, act);
   ServeGood(chatty, 0);
-  // Heartbeats as fast as they go, never read: once the learner stops serving, its one-item queue is full.
+  // Heartbeats (the I/O thread answers them) and requests out of turn (queued, each refused), as fast as they go
+  // and never read: the queue is full most of the time, and the I/O thread refuses what does not fit.
   std::atomic<bool> done{false};
   std::thread flood([&] {
     wire::Envelope beat;
     beat.mutable_heartbeat();
-    while (!done.load()) (void)chatty.TrySend(beat);
+    const wire::Envelope out_of_turn = Step(0, 7, 4, 3, true);
+    while (!done.load()) {
+      (void)chatty.TrySend(beat);
+      (void)chatty.TrySend(out_of_turn);
+    }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto stopped = std::async(std::launch::async, [&] { learner->Stop(); });
@@ -657,14 +663,16 @@ TEST_CASE("an oversized message costs its sender the connection, not the learner
 
 namespace {
 
-// A multi-agent Step: `rows` agent rows with a [rows, 2, 2] global state of `state_value`; with results, the
-// rows in `truncated_rows` are truncated, each with a final observation and a final global state.
+// A multi-agent Step: `rows` agent rows of envs of 3 agents with a [2, 2] global state of `state_value` per env
+// (protocol 3); with results, the rows in `truncated_rows` (whole envs) are truncated, each with a final
+// observation, and a final global state per truncated env.
 wire::Envelope TeamStep(uint32_t group, uint64_t seq, int64_t rows, float state_value,
                         const std::vector<int>& truncated_rows = {}) {
   wire::Envelope e = Step(group, seq, rows, 3, seq > 0);
   auto* s = e.mutable_step();
-  const std::vector<float> state(static_cast<std::size_t>(rows * 4), state_value);
-  SetTensor(s->mutable_global_state(), DType::kFloat32, {rows, 2, 2}, state.data(), state.size() * 4);
+  const int64_t envs = rows / 3;
+  const std::vector<float> state(static_cast<std::size_t>(envs * 4), state_value);
+  SetTensor(s->mutable_global_state(), DType::kFloat32, {envs, 2, 2}, state.data(), state.size() * 4);
   if (seq > 0 && !truncated_rows.empty()) {
     const auto k = static_cast<int64_t>(truncated_rows.size());
     for (int row : truncated_rows) {
@@ -673,8 +681,9 @@ wire::Envelope TeamStep(uint32_t group, uint64_t seq, int64_t rows, float state_
     }
     const std::vector<float> final_obs(static_cast<std::size_t>(k * 3), 0.1f);
     SetTensor(s->mutable_final_obs(), DType::kFloat32, {k, 3}, final_obs.data(), final_obs.size() * 4);
-    const std::vector<float> final_state(static_cast<std::size_t>(k * 4), 0.75f);
-    SetTensor(s->mutable_final_global_state(), DType::kFloat32, {k, 2, 2}, final_state.data(), final_state.size() * 4);
+    const std::vector<float> final_state(static_cast<std::size_t>(k / 3 * 4), 0.75f);
+    SetTensor(s->mutable_final_global_state(), DType::kFloat32, {k / 3, 2, 2}, final_state.data(),
+              final_state.size() * 4);
     s->add_episodes()->set_episode_return(1.0f);
   }
   return e;
@@ -682,7 +691,7 @@ wire::Envelope TeamStep(uint32_t group, uint64_t seq, int64_t rows, float state_
 
 }  // namespace
 
-TEST_CASE("a multi-agent worker's global states reach the centralised critic; steps count envs and agents",
+TEST_CASE("a multi-agent worker's global states reach the centralised critic, steps count envs and agents",
           "[learner][protocol][multi_agent]") {
   // Training, so that states are stored, bootstrapped and trained on: 2 steps per rollout.
   ServedLearner learner([](FarmConfig& c) {
@@ -693,7 +702,7 @@ TEST_CASE("a multi-agent worker's global states reach the centralised critic; st
   const Space obs = Space::Box({3}, {-1.f}, {1.f});
   const Space act = Space::Discrete(2);
   const Space state = Space::Box({2, 2}, {0.f}, {1.f});
-  // 4 envs of 3 agents in 2 groups: 6 rows per request, with a [2, 2] state per row.
+  // 4 envs of 3 agents in 2 groups: 6 rows per request, with a [2, 2] state per env.
   Client team(learner.endpoint(), "team");
   wire::Envelope hello = Hello(obs, act, 4, 2, kProtocolVersion);
   hello.mutable_hello()->set_num_agents(3);
@@ -724,19 +733,21 @@ TEST_CASE("a multi-agent worker's global states reach the centralised critic; st
     CHECK_THAT(error.error().message(), Catch::Contains(what));
   };
   wire::Envelope wrong = TeamStep(1, 3, 6, 0.5f);
-  const std::vector<float> small(6 * 3, 0.5f);
-  SetTensor(wrong.mutable_step()->mutable_global_state(), DType::kFloat32, {6, 3}, small.data(), small.size() * 4);
-  refused(wrong, "StepRequest.global_state: expected float32 [6, 2, 2], got float32 [6, 3]");
+  const std::vector<float> small(2 * 3, 0.5f);
+  SetTensor(wrong.mutable_step()->mutable_global_state(), DType::kFloat32, {2, 3}, small.data(), small.size() * 4);
+  refused(wrong, "StepRequest.global_state: expected float32 [2, 2, 2], got float32 [2, 3]");
   wire::Envelope missing = TeamStep(1, 3, 6, 0.5f);
   missing.mutable_step()->clear_global_state();
-  refused(missing, "StepRequest.global_state: expected float32 [6, 2, 2]");
+  refused(missing, "StepRequest.global_state: expected float32 [2, 2, 2]");
   wire::Envelope no_final = TeamStep(1, 3, 6, 0.5f, {0, 1, 2});
   no_final.mutable_step()->clear_final_global_state();
-  refused(no_final, "StepRequest.final_global_state: expected float32 [3, 2, 2]");
-  // The agents of one env with different states (the critic runs once per env).
-  wire::Envelope split = TeamStep(1, 3, 6, 0.5f);
-  SetFloat(split.mutable_step()->mutable_global_state(), 5, 0.9f);  // row 1 (agent 1 of env 0), element 1
-  refused(split, "StepRequest.global_state: rows 1 and 0 differ");
+  refused(no_final, "StepRequest.final_global_state: expected float32 [1, 2, 2]");
+  // A state per agent row (protocol 2's layout) is refused: one per env.
+  wire::Envelope per_row = TeamStep(1, 3, 6, 0.5f);
+  const std::vector<float> rows_state(6 * 4, 0.5f);
+  SetTensor(per_row.mutable_step()->mutable_global_state(), DType::kFloat32, {6, 2, 2}, rows_state.data(),
+            rows_state.size() * 4);
+  refused(per_row, "StepRequest.global_state: expected float32 [2, 2, 2], got float32 [6, 2, 2]");
   // A request with a row per env rather than per agent is refused.
   refused(TeamStep(0, 3, 2, 0.5f), "StepRequest.obs: expected float32 [6, 3]");
 
@@ -764,7 +775,7 @@ TEST_CASE("a multi-agent worker's global states reach the centralised critic; st
   const auto refusal = old.Receive();
   REQUIRE(refusal.has_welcome());
   REQUIRE_FALSE(refusal.welcome().accepted());
-  CHECK_THAT(refusal.welcome().error(), Catch::Contains("protocol version 1 is not supported (expected 2)"));
+  CHECK_THAT(refusal.welcome().error(), Catch::Contains("protocol version 1 is not supported (expected 3)"));
 
   learner.Stop();
   const auto& s = learner.summary();

@@ -56,7 +56,7 @@ TEST_CASE("MultiCue-v0: spec follows the options", "[env][multi_discrete]") {
   CHECK_THAT(s.message(), Catch::Contains("'choices'"));
 }
 
-TEST_CASE("MultiCue-v0: reward is the fraction of components matched; episodes end after length steps",
+TEST_CASE("MultiCue-v0: reward is the fraction of components matched, episodes end after length steps",
           "[env][multi_discrete]") {
   const std::vector<int64_t> nvec{2, 3, 4};
   auto group = MakeGroup({{"length", 3}}, 2, 7);

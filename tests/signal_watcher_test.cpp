@@ -33,7 +33,7 @@ void SleepFor(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 
 }  // namespace
 
-TEST_CASE("each signal reaches the callback; a quick repeat does not end the process", "[signal]") {
+TEST_CASE("each signal reaches the callback, a quick repeat does not end the process", "[signal]") {
   const int status = InChild([] {
     std::atomic<int> seen{0};
     {

@@ -1,0 +1,202 @@
+// The forward pass for a batch of requests, and the replies' encoding.
+#include "learner/acting.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/wire.h"
+
+namespace farm {
+
+Acting::Acting(const FarmConfig& config, torch::Device device, Precision precision, const Space& observation,
+               const Space& action, const std::optional<Space>& state, uint32_t num_agents, ActorCritic policy,
+               std::unique_ptr<GraphedActor> graphed, bool recording)
+    : config_(config),
+      device_(device),
+      precision_(precision),
+      observation_(observation),
+      action_(action),
+      state_(state),
+      num_agents_(std::max<uint32_t>(num_agents, 1)),
+      use_state_(policy && policy->has_global_state()),
+      recording_(recording),
+      obs_shape_(observation.shape),
+      policy_(std::move(policy)),
+      graphed_(std::move(graphed)),
+      random_gen_(at::make_generator<at::CPUGeneratorImpl>(config.seed)) {
+  if (use_state_) state_shape_ = policy_->options().global_state->shape;
+}
+
+int64_t Acting::Rows(const std::vector<Work*>& steps) {
+  int64_t rows = 0;
+  for (const Work* w : steps) rows += w->rows + w->msg.step().final_obs_index_size();
+  return rows;
+}
+
+Acting::Output Acting::Act(const std::vector<Work*>& steps, int64_t rows) {
+  return config_.learner.random_actions ? RandomActions(rows) : Forward(steps, rows);
+}
+
+Acting::Output Acting::RandomActions(int64_t rows) {
+  Output out;
+  if (action_.is_discrete()) {
+    out.action = torch::randint(action_.n, {rows}, random_gen_, torch::kInt64);
+  } else if (action_.is_multi_discrete()) {
+    // Component i uniform in [0, nvec[i]): floor(u * nvec[i]), u in [0, 1) (clamped against rounding up).
+    const auto& nvec = action_.nvec;
+    const auto k = static_cast<int64_t>(nvec.size());
+    const torch::Tensor n = torch::tensor(nvec, torch::kInt64);
+    out.action = torch::minimum((torch::rand({rows, k}, random_gen_, torch::kFloat64) * n).to(torch::kInt64), n - 1);
+  } else {
+    std::vector<int64_t> shape{rows};
+    shape.insert(shape.end(), action_.shape.begin(), action_.shape.end());
+    auto low = torch::from_blob(const_cast<float*>(action_.low.data()), action_.shape, torch::kFloat32);
+    auto high = torch::from_blob(const_cast<float*>(action_.high.data()), action_.shape, torch::kFloat32);
+    out.action = low + (high - low) * torch::rand(shape, random_gen_, torch::kFloat32);
+  }
+  out.logp = torch::zeros({rows});
+  out.value = torch::zeros({rows});
+  return out;
+}
+
+Acting::Output Acting::Forward(const std::vector<Work*>& steps, int64_t rows) {
+  const int64_t obs_numel = observation_.numel();
+  if (!batch_obs_.defined() || batch_obs_.size(0) < rows) {
+    auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+    batch_obs_ = torch::empty({std::max<int64_t>(rows, config_.batcher.max_rows), obs_numel}, opts);
+    if (device_.is_cuda()) batch_obs_ = batch_obs_.pin_memory();
+  }
+  float* dst = batch_obs_.data_ptr<float>();
+  for (const Work* w : steps) {
+    const auto& o = w->msg.step().obs().data();
+    std::memcpy(dst, o.data(), o.size());
+    dst += w->rows * obs_numel;
+  }
+  for (const Work* w : steps) {
+    const auto& o = w->msg.step().final_obs().data();
+    if (w->msg.step().final_obs_index_size() > 0) {
+      std::memcpy(dst, o.data(), o.size());
+      dst += w->msg.step().final_obs_index_size() * obs_numel;
+    }
+  }
+  // The critic's global states in the same order: each request's, then the final ones, one per env as they
+  // come (the critic runs once per env; the CUDA graphs, whose buckets are powers of two, take one per row, so
+  // for them each env's state is repeated for its agents). Serving without training needs only the actor: no
+  // states, no critic (the graphs were captured with them, so they keep them).
+  torch::Tensor state;
+  if (use_state_ && (recording_ || graphed_)) {
+    const int64_t state_numel = state_->numel();
+    const int64_t per = graphed_ ? 1 : num_agents_;
+    const int64_t state_rows = rows / per;  // requests and final_obs_index hold whole envs
+    if (!batch_state_.defined() || batch_state_.size(0) < state_rows) {
+      auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+      batch_state_ =
+          torch::empty({std::max<int64_t>(state_rows, config_.batcher.max_rows / per), state_numel}, opts);
+      if (device_.is_cuda()) batch_state_ = batch_state_.pin_memory();
+    }
+    float* sdst = batch_state_.data_ptr<float>();
+    const std::size_t env_bytes = sizeof(float) * static_cast<std::size_t>(state_numel);
+    auto copy_envs = [&](const std::string& bytes, int64_t envs) {
+      if (!graphed_) {
+        std::memcpy(sdst, bytes.data(), static_cast<std::size_t>(envs) * env_bytes);
+        sdst += envs * state_numel;
+        return;
+      }
+      for (int64_t e = 0; e < envs; ++e)
+        for (uint32_t a = 0; a < num_agents_; ++a, sdst += state_numel)
+          std::memcpy(sdst, bytes.data() + e * env_bytes, env_bytes);
+    };
+    for (const Work* w : steps) copy_envs(w->msg.step().global_state().data(), w->rows / num_agents_);
+    for (const Work* w : steps)
+      copy_envs(w->msg.step().final_global_state().data(), w->msg.step().final_obs_index_size() / num_agents_);
+    std::vector<int64_t> sshape{state_rows};
+    sshape.insert(sshape.end(), state_shape_.begin(), state_shape_.end());
+    state = batch_state_.narrow(0, 0, state_rows).view(sshape);
+  }
+
+  Output result;
+  c10::InferenceMode guard;
+  torch::Tensor obs = batch_obs_.narrow(0, 0, rows);
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
+  ActOutput out;
+  if (graphed_) {
+    out = graphed_->Act(obs.view(shape), state);  // copies the pinned rows in itself
+  } else {
+    // Per batch, not per thread: the cast cache must not outlive a weight update.
+    AutocastGuard autocast(device_, precision_);
+    if (device_.is_cuda()) {
+      obs = obs.to(device_, /*non_blocking=*/true);
+      if (state.defined()) state = state.to(device_, /*non_blocking=*/true);
+    }
+    const auto generator_lock = LockCudaGenerator(device_);  // sampling draws while the trainer may capture
+    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic);
+  }
+  result.action = out.action.to(torch::kCPU).contiguous();
+  result.logp = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
+  // Undefined only when serving a centralised critic's policy without states: values are used only to train.
+  result.value = out.value.defined() ? out.value.to(torch::kCPU, torch::kFloat32).contiguous() : torch::zeros({rows});
+  return result;
+}
+
+void Acting::WarmUp() {
+  if (!policy_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  // As Forward batches them: with a centralised critic, one state per env (per row for the CUDA graphs).
+  const int64_t per = use_state_ && !graphed_ ? num_agents_ : 1;
+  const int64_t rows = std::max<int64_t>(per, config_.batcher.max_rows / per * per);
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
+  c10::InferenceMode guard;
+  torch::Tensor state;
+  if (use_state_ && (recording_ || graphed_)) {  // as Forward: serving needs no critic
+    std::vector<int64_t> sshape{rows / per};
+    sshape.insert(sshape.end(), state_shape_.begin(), state_shape_.end());
+    state = torch::zeros(sshape, torch::TensorOptions().device(device_));
+  }
+  if (graphed_) {
+    // Captures the largest bucket's graph now rather than on the first full batch.
+    auto out = graphed_->Act(torch::zeros(shape, torch::TensorOptions().device(device_)), state);
+    (void)out.action.to(torch::kCPU);
+  } else {
+    AutocastGuard autocast(device_, precision_);
+    auto out = policy_->Act(torch::zeros(shape, torch::TensorOptions().device(device_)), state);
+    (void)out.action.to(torch::kCPU);
+  }
+  spdlog::debug("warm-up forward at batch {}: {:.1f} ms", config_.batcher.max_rows,
+                1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void Acting::EncodeReply(const wire::StepRequest& req, const Output& out, int64_t row, int64_t rows,
+                         int64_t version, wire::ActionReply* a) const {
+  // Discrete: int64 [rows]; multi-discrete: int64 [rows, K]; box: float [rows, shape...].
+  const int64_t action_numel = action_.numel();
+  const bool integer = action_.is_categorical();
+  const std::size_t action_bytes = integer ? sizeof(int64_t) : sizeof(float);
+  const auto* act_ptr = static_cast<const uint8_t*>(out.action.data_ptr());
+  a->set_group(req.group());
+  a->set_seq(req.seq());
+  a->set_policy_version(static_cast<uint64_t>(version));
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), action_.shape.begin(), action_.shape.end());
+  SetTensor(a->mutable_action(), integer ? DType::kInt64 : DType::kFloat32, shape,
+            act_ptr + row * action_numel * static_cast<int64_t>(action_bytes),
+            static_cast<std::size_t>(rows * action_numel) * action_bytes);
+  if (!integer) {
+    // The env gets the action clipped to its bounds; the store keeps the unclipped sample, whose log-prob the
+    // PPO ratio needs.
+    auto* o = reinterpret_cast<float*>(a->mutable_action()->mutable_data()->data());
+    const auto& lo = action_.low;
+    const auto& hi = action_.high;
+    for (int64_t i = 0; i < rows * action_numel; ++i) {
+      const auto k = static_cast<std::size_t>(i % action_numel);
+      o[i] = std::min(std::max(o[i], lo[k]), hi[k]);
+    }
+  }
+}
+
+}  // namespace farm

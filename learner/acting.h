@@ -1,0 +1,83 @@
+// Acting: the inference half of the learner for one batch of requests. It
+// gathers every request's observations (and the final observations of
+// truncated envs, and with a centralised critic the global states) into
+// preallocated buffers (pinned on CUDA), runs one forward pass of the acting
+// policy (eagerly or replayed from CUDA graphs) or draws uniform random
+// actions (learner.random_actions), and encodes each request's reply,
+// clipping box actions to their bounds.
+//
+// Threading: owned by the inference thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/config.h"
+#include "common/space.h"
+#include "farm.pb.h"
+#include "learner/amp.h"
+#include "learner/cuda_graph.h"
+#include "learner/policy.h"
+#include "learner/work.h"
+
+namespace farm {
+
+class Acting {
+ public:
+  // The policy acts for `observation` rows; `state` is the run's global state (and `num_agents` rows share
+  // one), used when the policy's critic reads it. `policy` (null with random_actions) lives on `device`.
+  Acting(const FarmConfig& config, torch::Device device, Precision precision, const Space& observation,
+         const Space& action, const std::optional<Space>& state, uint32_t num_agents, ActorCritic policy,
+         std::unique_ptr<GraphedActor> graphed, bool recording);
+
+  // Actions, log-probs and values for a batch: rows are every request's observations in order, then every
+  // request's final observations (truncated envs) in order.
+  struct Output {
+    torch::Tensor action;  // int64 [rows] or [rows, K], float [rows, ...] (unclipped); on the CPU
+    torch::Tensor logp;    // float [rows]
+    torch::Tensor value;   // float [rows] (zeros when not needed)
+  };
+  // The rows of `steps` (requests and final observations).
+  static int64_t Rows(const std::vector<Work*>& steps);
+  Output Act(const std::vector<Work*>& steps, int64_t rows);
+
+  // One forward pass at the largest batch, so that the first requests do not pay for allocator growth, kernel
+  // selection or lazy initialisation.
+  void WarmUp();
+
+  // The reply to `req` from rows [row, row + rows) of `out`.
+  void EncodeReply(const wire::StepRequest& req, const Output& out, int64_t row, int64_t rows, int64_t version,
+                   wire::ActionReply* reply) const;
+
+  ActorCritic& policy() { return policy_; }
+
+ private:
+  Output RandomActions(int64_t rows);
+  Output Forward(const std::vector<Work*>& steps, int64_t rows);
+
+  const FarmConfig config_;
+  const torch::Device device_;
+  const Precision precision_;
+  const Space observation_;
+  const Space action_;
+  const std::optional<Space> state_;
+  const uint32_t num_agents_;
+  const bool use_state_;  // the policy's critic reads the global state
+  const bool recording_;
+  std::vector<int64_t> obs_shape_, state_shape_;
+  ActorCritic policy_;
+  std::unique_ptr<GraphedActor> graphed_;
+  torch::Generator random_gen_;
+  torch::Tensor batch_obs_;    // preallocated, grown as needed
+  torch::Tensor batch_state_;  // the same for global states
+
+ public:
+  // learner.random_actions' generator, whose state a checkpoint keeps.
+  torch::Generator& random_generator() { return random_gen_; }
+};
+
+}  // namespace farm

@@ -1,0 +1,97 @@
+// The run the first Hello sizes: policies, graphs, trainer, a resumed checkpoint.
+#include "learner/run_builder.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+namespace farm {
+
+Status BuildRun(const FarmConfig& config, torch::Device device, Precision precision, const wire::Hello& h,
+                const Handshake& hs, RunNormalizer* normalizer, RunParts* out, bool* fatal) {
+  *fatal = false;
+  const Space& obs = hs.observation;
+  const Space& act = hs.action;
+  normalizer->Reset(obs.numel());
+  out->hidden = config.ppo.hidden_sizes;
+  // MAPPO: the critic reads the env's global state whenever it has one.
+  if (auto s = ParseEncoder(config.ppo.encoder, &out->options.encoder); !s.ok())
+    return Status::InvalidArgument("ppo." + s.message());
+  out->options.global_state = hs.global_state;
+  ActorCritic initial{nullptr};
+  if (!config.learner.init_from.empty()) {
+    FarmConfig saved;
+    std::string path;
+    if (auto s = LoadPolicy(config.learner.init_from, &initial, &saved, nullptr, &path); !s.ok())
+      return Status::InvalidArgument("learner.init_from: " + s.message());
+    if (initial->observation_space() != obs || initial->action_space() != act)
+      return Status::InvalidArgument(fmt::format(
+          "learner.init_from: the policy in {} takes {} and acts in {}, but this worker's env has {} and {}",
+          config.learner.init_from, initial->observation_space().ToString(), initial->action_space().ToString(),
+          obs.ToString(), act.ToString()));
+    if (auto s = normalizer->InitFrom(saved, path); !s.ok()) return Status::InvalidArgument("learner.init_from: " + s.message());
+    // The saved architecture: widths, encoder and critic input. A critic on the observation serves (or fine-tunes)
+    // an env with a state too, the state checked but unused; a critic on a state needs that state.
+    const auto& saved_state = initial->options().global_state;
+    if (saved_state && saved_state != hs.global_state)
+      return Status::InvalidArgument(fmt::format(
+          "learner.init_from: the policy in {} has a critic on the global state {}, but this worker's env has {}",
+          config.learner.init_from, saved_state->ToString(),
+          hs.global_state ? "global state " + hs.global_state->ToString() : std::string("no global state")));
+    out->hidden = initial->hidden_sizes();
+    out->options = initial->options();
+    spdlog::info("starting from {} (encoder {}, critic on {})", path, EncoderName(out->options.encoder),
+                 out->options.global_state ? "the global state" : "the observation");
+  }
+  try {
+    out->acting = ActorCritic(obs, act, out->hidden, out->options);
+    out->training = ActorCritic(obs, act, out->hidden, out->options);
+  } catch (const std::exception& e) {
+    // The config cannot fit this env (e.g. ppo.encoder cnn on a vector observation): every worker would be.
+    *fatal = true;
+    return Status::InvalidArgument(fmt::format("cannot build the policy: {}", e.what()));
+  }
+  out->spec = RunSpec{h.env_name(), obs, act, hs.num_agents, hs.global_state};
+  if (initial) out->training->CopyFrom(*initial);
+  out->acting->CopyFrom(*out->training);
+  out->acting->to(device);
+  out->training->to(device);
+  out->acting->eval();
+  if (config.learner.cuda_graphs && !config.learner.random_actions) {
+    const std::vector<int64_t> state_shape =
+        out->options.global_state ? out->options.global_state->shape : std::vector<int64_t>{};
+    if (auto s = GraphedActor::Create(out->acting, device, precision, obs.shape, config.learner.deterministic,
+                                      &out->graphed, state_shape);
+        !s.ok()) {
+      *fatal = true;
+      return s;
+    }
+  }
+  try {
+    out->trainer = std::make_unique<PpoTrainer>(out->training, config.ppo, config.seed, precision);
+  } catch (const std::invalid_argument& e) {  // ppo.fused_update on for a policy it cannot train
+    *fatal = true;
+    return Status::InvalidArgument(e.what());
+  }
+  if (config.learner.resume) {
+    RunParts::Resumed r;
+    std::vector<std::string> skipped;
+    Status s = FindLatestValidCheckpoint(config.run_dir + "/checkpoints", &r.path, &skipped);
+    for (const auto& why : skipped) spdlog::warn("resume: skipping {}; using an older checkpoint", why);
+    if (s.ok())
+      s = LoadCheckpoint(r.path, out->training, &out->trainer->optimizer(), &r.counters, &out->trainer->scaler(),
+                         &r.state);
+    if (!s.ok()) {
+      *fatal = true;
+      spdlog::error("resume: {}", s.message());
+      return Status::InvalidArgument("resume failed: " + s.message());
+    }
+    torch::NoGradGuard no_grad;
+    out->acting->CopyFrom(*out->training);
+    out->resumed = std::move(r);
+  }
+  return Status::Ok();
+}
+
+}  // namespace farm

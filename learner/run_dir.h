@@ -1,0 +1,43 @@
+// RunDir: the run directory and what is kept in it besides checkpoints'
+// contents: its name (run_dir, or runs/<name>-<time>, then -2, -3, ... when
+// taken), the lock that keeps a second learner out for this learner's life,
+// config.yaml, learner.endpoint, and the checks that a new run or a resume
+// may use the directory at all.
+//
+// Threading: set up by Learner::Create; then used by the inference thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/files.h"
+#include "common/status.h"
+
+namespace farm {
+
+class RunDir {
+ public:
+  // Before the socket is bound, nothing written: a resume needs a valid checkpoint in run_dir; a new run with
+  // an explicit run_dir must not find another run's checkpoints there.
+  static Status CheckUsable(const FarmConfig& config);
+  // Creates (or, resuming, opens) the directory and takes its lock; a new run writes config.yaml.
+  static Status Open(const FarmConfig& config, std::unique_ptr<RunDir>* out);
+
+  const std::string& path() const { return path_; }
+  std::string checkpoints() const { return path_ + "/checkpoints"; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  Status WriteConfig(const FarmConfig& config) const;
+
+ private:
+  RunDir() = default;
+  std::string path_;
+  std::unique_ptr<DirectoryLock> lock_;  // run_dir/learner.lock, held for this learner's life
+};
+
+// The keys whose values differ between two dumped configs, as "key: before -> after" (run_dir and
+// learner.resume, which resuming itself sets, left out).
+std::vector<std::string> ConfigChanges(const std::string& before, const std::string& after);
+
+}  // namespace farm
