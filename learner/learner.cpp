@@ -170,7 +170,8 @@ struct Learner::Impl {
   // The inference thread's warnings about errors it answers, at most one per client and kLogRateInterval.
   LogRateLimiter error_log{kLogRateInterval, {}, 1024};
 
-  std::atomic<bool> fail_next_batch{false};  // Learner::TEST_FailNextBatch; any thread
+  std::atomic<bool> fail_next_batch{false};       // Learner::TEST_FailNextBatch; any thread
+  std::atomic<int64_t> stall_next_batch_ms{0};    // Learner::TEST_StallNextBatch; any thread
   std::atomic<bool> stop_requested{false};   // any thread
   std::mutex stop_request_mutex;
   std::string stop_request_reason;  // GUARDED_BY(stop_request_mutex): RequestStop's reason, set before stop_requested
@@ -193,6 +194,7 @@ const std::string& Learner::run_dir() const { return impl_->run_dir->path(); }
 void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
 
 void Learner::TEST_FailNextBatch() { impl_->fail_next_batch.store(true); }
+void Learner::TEST_StallNextBatch(double seconds) { impl_->stall_next_batch_ms.store(static_cast<int64_t>(seconds * 1e3)); }
 
 void Learner::Impl::RequestStop(const std::string& reason) {
   {
@@ -833,6 +835,10 @@ Status Learner::Run(nlohmann::json* summary) {
     try {
       if (!batch.empty() && m.fail_next_batch.load() && m.fail_next_batch.exchange(false))
         throw std::runtime_error("injected fault (TEST_FailNextBatch)");
+      if (!batch.empty() && m.stall_next_batch_ms.load() > 0) {
+        ActivityScope busy(m.inference, "an injected stall (TEST_StallNextBatch)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(m.stall_next_batch_ms.exchange(0)));
+      }
       m.CheckWorkers();
       m.ProcessBatch(batch);
     } catch (const std::exception& e) {

@@ -11,6 +11,10 @@
 // on-policy); `async` keeps acting with the current snapshot while the
 // trainer updates the next version (policy lag is measured and reported).
 //
+// Threads: the I/O thread (learner/router_loop.h), the inference thread
+// and the trainer thread (learner/trainer_thread.h); learner.cpp says who
+// owns what.
+//
 // Threading: Run() is called once, from one thread, which becomes the
 // inference thread. RequestStop() may be called from any thread.
 #pragma once
@@ -45,6 +49,8 @@ class Learner {
 
   // Tests only: the next batch the inference thread takes fails with an exception. Any thread.
   void TEST_FailNextBatch();
+  // Tests only: the next batch the inference thread takes first sleeps `seconds` (a stalled serve). Any thread.
+  void TEST_StallNextBatch(double seconds);
 
   struct Impl;
 

@@ -45,13 +45,16 @@ class ThreadActivity {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // The thread starts `what` (a string literal: it is kept by pointer) at `now`.
-  void Begin(const char* what, Clock::time_point now = Clock::now());
-  void End();
   struct Busy {
     const char* what;
     double seconds;
   };
+  // The thread starts `what` (a string literal: it is kept by pointer) at `now`.
+  void Begin(const char* what, Clock::time_point now = Clock::now());
+  void End();
+  // The thread's own view, to resume an outer activity after an inner one (ActivityScope).
+  const char* what() const { return what_.load(std::memory_order_relaxed); }
+  Clock::time_point since() const { return Clock::time_point{std::chrono::nanoseconds(since_ns_.load())}; }
   // What the thread has been doing since when, at `now`; nullopt while idle.
   std::optional<Busy> BusyAt(Clock::time_point now) const;
 
@@ -60,16 +63,27 @@ class ThreadActivity {
   std::atomic<int64_t> since_ns_{0};  // steady_clock nanoseconds; written before what_
 };
 
-// Begin on construction, End on destruction.
+// Begin on construction; on destruction the activity it interrupted (if any) resumes, with its start time.
 class ActivityScope {
  public:
-  ActivityScope(ThreadActivity& activity, const char* what) : activity_(activity) { activity_.Begin(what); }
-  ~ActivityScope() { activity_.End(); }
+  ActivityScope(ThreadActivity& activity, const char* what)
+      : activity_(activity), outer_(activity.what()), outer_since_(activity.since()) {
+    activity_.Begin(what);
+  }
+  ~ActivityScope() {
+    if (outer_) {
+      activity_.Begin(outer_, outer_since_);
+    } else {
+      activity_.End();
+    }
+  }
   ActivityScope(const ActivityScope&) = delete;
   ActivityScope& operator=(const ActivityScope&) = delete;
 
  private:
   ThreadActivity& activity_;
+  const char* const outer_;
+  const ThreadActivity::Clock::time_point outer_since_;
 };
 
 }  // namespace farm

@@ -104,8 +104,15 @@ std::unique_ptr<ReplySink> RouterLoop::MakeReplySink() {
 void RouterLoop::CheckStall() {
   const auto busy = inference_ ? inference_->BusyAt(Clock::now()) : std::nullopt;
   const double warn = config_.learner.stall_warn_s;
+  // The stall reported is over when the thread is idle or busy with something else (or started it anew).
+  if (stall_what_ != nullptr && (!busy || busy->what != stall_what_ || busy->seconds < stall_reported_s_)) {
+    spdlog::info("the learner's inference thread is back from {} (busy for more than {:.0f} s)", stall_what_,
+                 stall_reported_s_);
+    stall_what_ = nullptr;
+    stall_reported_s_ = 0;
+  }
   if (busy && busy->seconds >= warn) {
-    if (stall_what_ != busy->what || busy->seconds < stall_reported_s_) {
+    if (stall_what_ == nullptr) {
       spdlog::warn("the learner's inference thread has been busy for {:.1f} s in {}; meanwhile its I/O thread "
                    "answers the workers' heartbeats, so none is dropped for it",
                    busy->seconds, busy->what);
@@ -116,13 +123,6 @@ void RouterLoop::CheckStall() {
                    busy->seconds);
       stall_reported_s_ = busy->seconds;
     }
-    return;
-  }
-  if (stall_what_ != nullptr) {
-    spdlog::info("the learner's inference thread is back from {} (busy for more than {:.0f} s)", stall_what_,
-                 stall_reported_s_);
-    stall_what_ = nullptr;
-    stall_reported_s_ = 0;
   }
 }
 

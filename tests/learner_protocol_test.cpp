@@ -891,3 +891,59 @@ TEST_CASE("a busy learner stops with the reason RequestStop was given", "[learne
     CHECK(learner.summary()["stop_reason"] == "test done");
   }
 }
+
+namespace farm {
+
+TEST_CASE("slow is not dead: a stalled inference thread keeps its workers, answers heartbeats and says so",
+          "[learner][protocol][liveness]") {
+  LogCapture log;  // before the learner's threads start
+  ServedLearner learner([](FarmConfig& c) {
+    c.transport.heartbeat_interval_s = 0.1;
+    c.transport.heartbeat_timeout_s = 1.0;  // the stall below lasts 3 s: three times the timeout
+    c.learner.stall_warn_s = 1.0;
+  });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client c(learner.endpoint(), "patient");
+  Join(c, obs, act);
+  ServeGood(c, 0);
+  learner.learner().TEST_StallNextBatch(3.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  c.Send(Step(0, 1, 4, 3, true));  // lands in the stalled batch: its answer comes after the stall
+  // Meanwhile the worker's heartbeats are answered at once (by the I/O thread), every one of them.
+  int answered = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    wire::Envelope beat;
+    beat.mutable_heartbeat();
+    c.Send(beat);
+    const auto reply = c.Receive();
+    if (reply.has_action()) break;  // the stall is over
+    REQUIRE(reply.has_heartbeat());
+    ++answered;
+  }
+  CHECK(answered >= 15);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(1500));
+  // After the stall the worker is served as if nothing happened: not dropped, the next step answered.
+  wire::Envelope reply;
+  do {
+    reply = c.Receive();  // the step's answer (if the loop above did not take it), after heartbeats
+  } while (reply.has_heartbeat());
+  ServeGood(c, 2);
+  for (int i = 0; i < 15; ++i) {  // the I/O thread looks once a second; a worker waiting sends heartbeats
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    wire::Envelope beat;
+    beat.mutable_heartbeat();
+    c.Send(beat);
+    REQUIRE(c.Receive().has_heartbeat());
+  }
+  learner.Stop();
+  const auto& s = learner.summary();
+  CHECK(s["workers_lost"].get<int>() == 0);
+  CHECK(s["heartbeats_answered"].get<int>() >= 15);
+  // The log said which thread stalled, in what, for how long, and when it came back.
+  CHECK(log.Count("the learner's inference thread has been busy for", "in an injected stall") >= 1);
+  CHECK(log.Count("the learner's inference thread is back from", "an injected stall") == 1);
+}
+
+}  // namespace farm

@@ -1,0 +1,72 @@
+// RunStats: one list of items for every report, and a time split that adds up to the wall time.
+#include "learner/run_stats.h"
+
+#include <thread>
+
+// LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+namespace farm {
+
+TEST_CASE("RunStats: the time split adds up to the wall time, with the rest shown as other", "[stats]") {
+  RunStats stats;
+  stats.Start(std::chrono::steady_clock::now(), 0);
+  stats.Add(RunStats::Phase::kWait, 0.010);
+  stats.Add(RunStats::Phase::kForward, 0.020);
+  {
+    PhaseTimer t(stats, RunStats::Phase::kServe);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // what no phase measured (nothing here)
+  const double wall = stats.ProcessWall();
+  const TimeSplit t = stats.Split();
+  CHECK(t.serve >= 0.030);
+  CHECK(t.named() + t.other == Approx(wall).epsilon(0.01));
+  CHECK(t.other >= 0.030 - 1e-3);  // the sleeps not measured as a phase, not hidden
+  const nlohmann::json s = stats.SummaryCounters({});
+  double sum = 0;
+  for (const char* k : {"wait_for_data", "held_for_update", "admit", "forward", "serve", "handoff", "report", "other"})
+    sum += s["time_seconds"][k].get<double>();
+  CHECK(sum == Approx(s["time_seconds"]["total"].get<double>()).epsilon(0.01));
+}
+
+TEST_CASE("RunStats: metrics, TensorBoard, summary and status line come from one list", "[stats]") {
+  RunStats stats(10);
+  stats.Start(std::chrono::steady_clock::now(), 100.0);  // a resumed run: 100 s before this process
+  stats.CountSteps(500);
+  stats.window.Add(12.5, 10);
+  stats.updates = 3;
+  stats.workers_lost = 1;
+  stats.rejoins = 2;
+  stats.last_ppo.policy_loss = 0.25;
+  stats.last_ppo.value_loss = std::nan("");
+  RunStats::Outside o;
+  o.workers_active = 4;
+  o.store_bytes = 1 << 20;
+  o.connections_closed = 5;
+  const auto items = stats.Items(o);
+  const nlohmann::json row = stats.MetricsRow(o);
+  const nlohmann::json summary = stats.SummaryCounters(o);
+  const auto scalars = stats.TensorBoardScalars(o);
+  for (const auto& item : items) {
+    INFO(item.key);
+    CHECK(static_cast<bool>(item.where & RunStats::kMetrics) == row.contains(item.key));
+    CHECK(static_cast<bool>(item.where & RunStats::kSummary) == summary.contains(item.key));
+    const bool in_tb = std::any_of(scalars.begin(), scalars.end(), [&](const auto& s) { return s.first == item.key; });
+    CHECK(in_tb == (static_cast<bool>(item.where & RunStats::kTensorBoard) && item.value.is_number()));
+  }
+  CHECK(row["env_steps"] == 500);
+  CHECK(row["agent_steps"] == 5000);
+  CHECK(row["store_bytes"] == 1 << 20);
+  CHECK(row["policy_loss"] == 0.25);
+  CHECK(row["value_loss"].is_null());  // not finite: null in JSON, absent from TensorBoard
+  CHECK(summary["workers"] == 5);      // active + lost
+  CHECK(summary["wall_seconds"].get<double>() >= 100.0);
+  const std::string line = stats.StatusLine(o, std::chrono::steady_clock::now());
+  CHECK_THAT(line, Catch::Contains("steps        500"));
+  CHECK_THAT(line, Catch::Contains("4 workers (1 lost, 2 rejoins)"));
+  CHECK_THAT(line, Catch::Contains("return    12.5"));
+}
+
+}  // namespace farm
