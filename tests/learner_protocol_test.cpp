@@ -947,3 +947,31 @@ TEST_CASE("slow is not dead: a stalled inference thread keeps its workers, answe
 }
 
 }  // namespace farm
+
+namespace farm {
+
+TEST_CASE("a stop requested during a stalled serve ends the run as soon as the batch is done", "[learner][protocol]") {
+  ServedLearner learner([](FarmConfig& c) {
+    c.learner.train = true;
+    c.ppo.rollout_length = 64;
+  });
+  const Space obs = Space::Box({3}, {-1.f}, {1.f});
+  const Space act = Space::Discrete(4);
+  Client c(learner.endpoint(), "c");
+  Join(c, obs, act);
+  ServeGood(c, 0);
+  learner.learner().TEST_StallNextBatch(2.0);
+  c.Send(Step(0, 1, 4, 3, true));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // inside the stall
+  const auto t0 = std::chrono::steady_clock::now();
+  learner.learner().RequestStop("stop during a stall");
+  const Status s = learner.Wait();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(s.ok());
+  CHECK(took < 5.0);  // the rest of the stall (1.5 s), then the final checkpoint and summary
+  CHECK(learner.summary().value("stop_reason", "") == "stop during a stall");
+  std::string checkpoint;
+  CHECK(FindLatestValidCheckpoint(learner.run_dir() + "/checkpoints", &checkpoint, nullptr).ok());
+}
+
+}  // namespace farm
