@@ -11,6 +11,12 @@ Cases (--cases, comma-separated; default all):
               worker per core; also the worker and learner resident sets
   sweeps      workers x envs per worker, acting with the policy
   roofline    FLOPs per env step against the measured matmul peak
+  scale       workers 1, 2, 4, 8, 16, 32, 64 on this machine for CartPole and
+              uav_coverage (mlp; cnn too when a GPU is present): env and agent
+              steps/s, seconds until the last worker joined, learner RSS,
+              workers lost, rejoins and the learner's time split, beside the
+              env-only limit of the same cores (the envs stepped with no
+              learner) and the ratio of the two (--plot FILE.png draws it)
 """
 import argparse
 import json
@@ -23,7 +29,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["env", "transport", "inference", "training", "sweeps", "roofline"]
+CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale"]
+SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 
 
 def log(msg):
@@ -152,6 +159,65 @@ class Bench:
                 log(f"sweep workers={w} envs={e}: {summary['sps']:.0f} steps/s")
         return {"mode": "acting with the policy (learner.train=false)", "table": table}
 
+    def env_limit(self, env, num_envs, processes, seconds):
+        """env steps/s of `processes` farm-bench env processes at once (one per core at most), summed: what this
+        machine's cores step of the env with no learner and no transport."""
+        procs = [subprocess.Popen([self.bench_bin, "--seconds", str(seconds), "env", "--env", env, "--num-envs",
+                                   str(num_envs)], stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+        rates = []
+        for p in procs:
+            out, _ = p.communicate()
+            rates.append(json.loads(out.strip().splitlines()[-1]))
+        return {"env_steps_per_second": sum(r["steps_per_second"] for r in rates),
+                "agent_steps_per_second": sum(r["agent_steps_per_second"] for r in rates), "processes": processes}
+
+    def scale(self, gpu):
+        """Workers 1..64 for CartPole and uav_coverage on this machine (issue: the workload at workstation scale)."""
+        cores = os.cpu_count() or 1
+        workloads = [
+            ("cartpole", os.path.join(ROOT, "configs", "cartpole_fast.yaml"), "CartPole-v1", 96,
+             ["stop_at_target=false"], 6 if self.quick else 10),
+            ("uav_coverage_mlp", os.path.join(ROOT, "configs", "uav_coverage.yaml"), "uav_coverage", 8,
+             ["ppo.encoder=mlp"], 15 if self.quick else 30),
+        ]
+        if gpu:
+            workloads.append(("uav_coverage_cnn", os.path.join(ROOT, "configs", "uav_coverage.yaml"), "uav_coverage",
+                              8, ["ppo.encoder=cnn", "learner.device=cuda"], 15 if self.quick else 30))
+        table = []
+        for name, config, env, envs_per_worker, extra, secs in workloads:
+            for w in SCALE_WORKERS:
+                processes = min(w, cores)
+                # The env-only limit of the same cores: min(workers, cores) processes stepping as many envs as the
+                # workers of this point hold, split among them.
+                limit = self.env_limit(env, max(1, envs_per_worker * w // processes), processes, 2 if self.quick else 3)
+                try:
+                    summary, _, stats, wall, launch = self.farm_run(
+                        config, w, extra + ["total_env_steps=1000000000000", f"max_wall_seconds={secs}"],
+                        worker_stats=True, timeout=secs + 300)
+                except RuntimeError as e:
+                    log(f"scale {name} workers={w}: failed: {e}")
+                    table.append({"workload": name, "workers": w, "error": str(e)[-500:]})
+                    continue
+                row = {"workload": name, "workers": w, "envs_per_worker": envs_per_worker, "seconds": secs,
+                       "env_steps_per_second": summary["sps"], "agent_steps_per_second": summary["agent_sps"],
+                       "env_only_steps_per_second": limit["env_steps_per_second"],
+                       "ratio_to_env_only": summary["sps"] / limit["env_steps_per_second"],
+                       "last_join_seconds": summary.get("last_join_seconds"),
+                       "learner_max_rss_mb": summary.get("max_rss_mb"), "store_bytes": summary.get("store_bytes"),
+                       "workers_lost": summary.get("workers_lost"), "rejoins": summary.get("rejoins"),
+                       "connections_closed": summary.get("connections_closed"),
+                       "worker_reconnects": sum(s.get("reconnects", 0) for s in stats),
+                       "updates": summary["updates"], "batch_rows_avg": summary.get("batch_rows_avg"),
+                       "device": summary.get("device"), "time_seconds": summary["time_seconds"]}
+                table.append(row)
+                t = row["time_seconds"]
+                log(f"scale {name} workers={w}: {row['env_steps_per_second']:,.0f} env steps/s "
+                    f"({row['agent_steps_per_second']:,.0f} agent), env-only {row['env_only_steps_per_second']:,.0f} "
+                    f"(ratio {row['ratio_to_env_only']:.2f}), last join {row['last_join_seconds']:.1f} s, RSS "
+                    f"{row['learner_max_rss_mb']:.0f} MiB, lost {row['workers_lost']}, rejoins {row['rejoins']}; "
+                    f"held {t['held_for_update']:.1f} s, forward {t['forward']:.1f} s of {t['total']:.1f} s")
+        return {"cores": cores, "gpu": gpu, "table": table}
+
     def roofline(self, training_sps):
         s = 1 if self.quick else 2
         flops = self.micro("flops", "--config", os.path.join(ROOT, "configs", "cartpole_fast.yaml"), seconds=s)
@@ -162,6 +228,28 @@ class Bench:
         return {"flops_per_env_step": flops["flops_per_env_step"], "peak_gflops": peak, "threads": cores,
                 "ceiling_sps": ceiling, "training_sps": training_sps,
                 "fraction_of_ceiling": training_sps / ceiling if training_sps else None}
+
+
+def plot_scale(scale, png):
+    """env steps/s against workers, a line per workload and its env-only limit (gnuplot, PNG)."""
+    rows = [r for r in scale["table"] if "error" not in r]
+    workloads = sorted({r["workload"] for r in rows})
+    with tempfile.TemporaryDirectory() as tmp:
+        plots = []
+        for i, name in enumerate(workloads):
+            data = os.path.join(tmp, f"{name}.dat")
+            with open(data, "w") as f:
+                for r in sorted((r for r in rows if r["workload"] == name), key=lambda r: r["workers"]):
+                    f.write(f"{r['workers']} {r['env_steps_per_second']} {r['env_only_steps_per_second']}\n")
+            plots.append(f"'{data}' using 1:2 with linespoints lw 2 lc {i + 1} title '{name}: training'")
+            plots.append(f"'{data}' using 1:3 with lines dt 2 lc {i + 1} title '{name}: env only'")
+        script = "\n".join([
+            "set terminal pngcairo size 900,560", f"set output '{png}'",
+            f"set title 'Rollout Farm: env steps/s against workers ({scale['cores']} cores{', GPU' if scale['gpu'] else ''})'",
+            "set xlabel 'workers'", "set ylabel 'env steps/s'", "set logscale x 2", "set logscale y",
+            "set key outside right", "set grid", "plot " + ", ".join(plots)])
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    log(f"plot written: {png}")
 
 
 def machine():
@@ -181,8 +269,11 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--quick", action="store_true", help="shorter cases, fewer sweep seconds")
     ap.add_argument("--out", default="bench.json", help="JSON output file")
-    ap.add_argument("--cases", default=",".join(CASES), metavar="LIST",
-                    help="comma-separated subset of cases (default: %(default)s)")
+    ap.add_argument("--cases", default=",".join(c for c in CASES if c != "scale"), metavar="LIST",
+                    help="comma-separated subset of " + ",".join(CASES) + " (default: %(default)s; scale takes "
+                         "minutes, so it runs only when named)")
+    ap.add_argument("--gpu", action="store_true", help="scale: add uav_coverage with the cnn encoder on cuda")
+    ap.add_argument("--plot", metavar="FILE.png", help="scale: draw env steps/s against workers (gnuplot)")
     args = ap.parse_args()
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -212,6 +303,11 @@ def main():
     if "roofline" in cases:
         log("roofline")
         result["roofline"] = b.roofline(result.get("training", {}).get("sps"))
+    if "scale" in cases:
+        log("scale")
+        result["scale"] = b.scale(gpu=args.gpu)
+        if args.plot:
+            plot_scale(result["scale"], args.plot)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
 
@@ -247,6 +343,16 @@ def main():
         for w in sorted({row["workers"] for row in result["sweeps"]["table"]}):
             cells = {row["envs_per_worker"]: row["sps"] for row in result["sweeps"]["table"] if row["workers"] == w}
             print(f"    workers {w:<3}                      " + "".join(f"{fmt(cells.get(e)):>10}" for e in envs))
+    if "scale" in result:
+        print("  scale             workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
+        for row in result["scale"]["table"]:
+            if "error" in row:
+                print(f"    {row['workload']:<18} {row['workers']:>4}  failed")
+                continue
+            print(f"    {row['workload']:<18} {row['workers']:>4} {fmt(row['env_steps_per_second']):>12} "
+                  f"{fmt(row['agent_steps_per_second']):>14} {fmt(row['env_only_steps_per_second']):>10} "
+                  f"{row['ratio_to_env_only']:>8.2f} {row['last_join_seconds']:>9.1f} "
+                  f"{fmt(row['learner_max_rss_mb']):>8} {row['workers_lost']:>5}")
     print(f"\nwritten: {args.out}")
 
 

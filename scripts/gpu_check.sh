@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # GPU checks, in one run on a machine with an NVIDIA GPU and a CUDA build of PyTorch (python3 -c 'import
-# torch'), for issues 3 and 4. Never part of CI. Steps, each skipped when the time budget runs short:
-#   1. unpack the Debian packages carried in $FARM_GPU_DEBS (default .gpudeps/, made on a Debian 12 machine
-#      with `apt-get download`, see docs/OPERATIONS.md) into a private prefix; the runtime libraries in
-#      fallback/ (libzmq's own dependencies) are used only where the system lacks that library;
-#   2. build against the device's LibTorch (CUDA) in build-gpu/;
-#   3. unit tests (CUDA cases included: loss scaler fused path, CUDA graphs, streams);
-#   4. CartPole end to end in fp32, fp16, bf16 and fp32 + CUDA graphs (4 runs side by side);
-#   5. PPO update samples/s, graphed (CUDA graphs) and not, fp32 and bf16, for the default 2x64 MLP and a 3x512;
-#   6. training throughput with 16 workers (async, cartpole_fast with 1,024 envs per worker and T = 16) and the GPU's busy
-#      fraction (nvidia-smi utilization.gpu sampled every 100 ms): graphed update with 4 minibatches per
-#      epoch, the same launched kernel by kernel, and graphed with 1 minibatch;
-#   7. inference rows/s (plain forward loop and the learner's serving), eager vs CUDA graphs;
-#   8. matmul peak (TF32, bf16).
+# torch'). Never part of CI. Steps (FARM_GPU_STEPS, default "scale tests"), each skipped when the time budget
+# runs short:
+#   deps   unpack the Debian packages carried in $FARM_GPU_DEBS (default .gpudeps/, made on a Debian 12 machine
+#          with `apt-get download`, see docs/OPERATIONS.md) into a private prefix; the runtime libraries in
+#          fallback/ (libzmq's own dependencies) are used only where the system lacks that library (always);
+#   build  against the device's LibTorch (CUDA) in build-gpu/: the programs and the CUDA-relevant tests only
+#          (FARM_GPU_TARGETS), then the binaries go to $OUT/gpu-bin.tgz so that a second call can carry them
+#          back (FARM_GPU_BIN=path/to/gpu-bin.tgz skips the build) (always, unless FARM_GPU_BIN);
+#   scale  the multi-agent map workload: uav_coverage with the cnn encoder on the GPU, 16 and 64 workers, sync
+#          and async (FARM_GPU_SCALE_RUNS), each with env and agent steps/s, the GPU's busy fraction (nvidia-smi
+#          utilization.gpu every 100 ms), the learner's time split, workers lost; beside them the env-only limit
+#          of the same cores (16 processes stepping the env, no learner);
+#   tests  the unit tests built (CUDA cases included: CUDA graphs, the graphed PPO step, the store, the learner's
+#          protocol on the GPU);
+#   e2e, update, train, infer, matmul: the CartPole checks of issues 3 and 4 (per-precision end to end, PPO
+#          update samples/s, 16-worker throughput, inference rows/s, matmul peak).
 # Output under $OUT (default ./gpu-out): log.txt (everything), summary.txt (one line per figure),
-# results.jsonl (benchmark JSON), detail.tgz (build, test and run logs, nvidia-smi samples).
+# results.jsonl (benchmark JSON), detail.tgz (build, test and run logs, nvidia-smi samples), gpu-bin.tgz.
 # Usage: scripts/gpu_check.sh [BUDGET_SECONDS]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,7 +39,7 @@ trap 'tar czf "$OUT/detail.tgz" -C "$OUT" detail 2>/dev/null && rm -rf "$D"' EXI
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 say() { echo "== [$(($(date +%s) - START)) s] $*"; }
 fig() { echo "$*" | tee -a "$OUT/summary.txt"; }
-STEPS=" ${FARM_GPU_STEPS:-tests e2e update train infer matmul} "
+STEPS=" ${FARM_GPU_STEPS:-scale tests} "
 # enough SECONDS STEP: whether STEP is selected and SECONDS of budget remain (says SKIP otherwise).
 enough() {
   [[ "$STEPS" == *" $2 "* ]] || return 1
@@ -57,10 +60,13 @@ mkdir -p "$PREFIX/fallback"
 for f in "$DEBS"/fallback/*.deb; do dpkg -x "$f" "$PREFIX/fallback" || fig "FAIL unpack $f"; done
 libdir="$PREFIX/usr/lib/x86_64-linux-gnu"
 for lib in "$PREFIX"/fallback/usr/lib/x86_64-linux-gnu/*.so.* "$PREFIX"/fallback/lib/x86_64-linux-gnu/*.so.*; do
-  [ -e "$lib" ] || continue
+  # The soname links (libffi.so.8 -> libffi.so.8.1.2): what the dynamic loader looks for.
+  [ -L "$lib" ] || continue
   name="$(basename "$lib")"
   # Only a library the system lacks: a Debian 12 copy must not shadow a newer system one.
-  if ! ldconfig -p | grep -q "/$name\$" && [ ! -e "$libdir/$name" ]; then ln -s "$lib" "$libdir/$name"; echo "fallback $name"; fi
+  if ! ldconfig -p | grep -q "^[[:space:]]*$name " && [ ! -e "$libdir/$name" ]; then
+    ln -s "$(readlink -f "$lib")" "$libdir/$name"; echo "fallback $name"
+  fi
 done
 export PATH="$PREFIX/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -70,7 +76,13 @@ TORCH_LIB="$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(to
 export LD_LIBRARY_PATH="$TORCH_LIB:$LD_LIBRARY_PATH"
 ls "$(dirname "$TORCH_LIB")/include" | tr '\n' ' '; echo
 
-if [ -n "${FARM_GPU_SKIP_BUILD:-}" ]; then say "configure and build skipped (FARM_GPU_SKIP_BUILD)"; else
+# The programs and the tests that exercise CUDA; everything else is covered by CI on the CPU.
+TARGETS="${FARM_GPU_TARGETS:-farm-learner farm-worker farm-bench cuda_graph_test ppo_graph_test trajectory_store_test
+  learner_protocol_test centralised_critic_test multi_discrete_test amp_test}"
+if [ -n "${FARM_GPU_BIN:-}" ]; then
+  say "build skipped: binaries from $FARM_GPU_BIN"
+  mkdir -p "$BUILD" && tar xzf "$FARM_GPU_BIN" -C "$BUILD" || { fig "FAIL unpack $FARM_GPU_BIN"; exit 1; }
+else
 say "configure"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cuda_root=/usr/local/cuda; [ -d "$cuda_root" ] || cuda_root="$(dirname "$(dirname "$(command -v nvcc)")")"
@@ -82,20 +94,86 @@ rc=$?
 grep -E "FARM_WITH_CUDA|CUDA|Torch|Error|error" "$D/configure.txt" | head -30
 [ $rc -eq 0 ] || { fig "FAIL configure (rc $rc)"; tail -40 "$D/configure.txt"; exit 1; }
 
-say "build"
-cmake --build "$BUILD" -j "$(nproc)" >"$D/build.txt" 2>&1
+say "build: $(echo $TARGETS | wc -w) targets"
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >"$D/build.txt" 2>&1
 rc=$?
 grep -E "error|Error" "$D/build.txt" | head -40
 fig "build rc $rc in $(($(date +%s) - START)) s"
+# The binaries (not the objects), for a second call that skips the build (FARM_GPU_BIN).
+(cd "$BUILD" && tar czf "$OUT/gpu-bin.tgz" learner/farm-learner worker/farm-worker bench/farm-bench \
+  $(for t in $TARGETS; do [ -x "tests/$t" ] && echo "tests/$t"; done) python 2>/dev/null)
+ls -la "$OUT/gpu-bin.tgz"
 fi
-for b in learner/farm-learner worker/farm-worker bench/farm-bench; do
-  [ -x "$BUILD/$b" ] || { fig "FAIL missing $b"; tail -60 "$D/build.txt"; exit 1; }
-done
 B="$BUILD/bench/farm-bench"
 TESTS=()
 for t in "$BUILD"/tests/*_test; do [ -x "$t" ] && TESTS+=("$(basename "$t")"); done
 # FARM_GPU_TESTS: only these test programs (names separated by spaces), for a short rerun.
 [ -n "${FARM_GPU_TESTS:-}" ] && read -r -a TESTS <<<"$FARM_GPU_TESTS"
+
+# The multi-agent map workload on the GPU: uav_coverage, cnn encoder, 16 and 64 workers, sync and async.
+scale_run() {  # NAME WORKERS SECONDS KEY=VALUE...
+  local name="$1" workers="$2" secs="$3"; shift 3
+  local dir="/tmp/farm-gpu-$name" sets=() smi="$D/nvsmi_$name.csv"
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  rm -rf "$dir"
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 \
+    >"$smi" 2>/dev/null &
+  local smi_pid=$! t0 t1 rc=0
+  t0=$(date +%s.%N)
+  FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$BUILD" timeout $((secs + 90)) scripts/farm run configs/uav_coverage.yaml \
+    --workers "$workers" --set run_dir="$dir" --set learner.device=$DEV --set ppo.encoder=cnn \
+    --set total_env_steps=1000000000 --set max_wall_seconds="$secs" --set learner.progress_interval_s=5 \
+    "${sets[@]}" >"$D/scale_$name.txt" 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  kill "$smi_pid" 2>/dev/null
+  python3 - "$dir" "$smi" "$t0" "$t1" "$name" "$rc" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys, datetime
+run, smi, t0, t1, name, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+try:
+    s = json.load(open(run + "/summary.json"))
+except Exception as e:
+    print(f"scale {name}: rc {rc}, no summary ({e})"); sys.exit(0)
+util = []
+for line in open(smi):
+    parts = [p.strip() for p in line.split(",")]
+    try:
+        ts = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except (ValueError, IndexError):
+        continue
+    if t0 + 5 <= ts <= t1 - 1:  # the middle of the run: CUDA start-up and the workers joining left out
+        util.append(float(parts[1]))
+busy = sum(util) / len(util) if util else float("nan")
+keys = ["env_steps", "sps", "agent_sps", "updates", "update_path", "batch_rows_avg", "workers_joined",
+        "workers_lost", "rejoins", "connections_closed", "last_join_seconds", "max_rss_mb", "store_bytes", "device"]
+t = s["time_seconds"]
+split = " ".join(f"{k}={100 * t[k] / t['total']:.0f}%" for k in ("wait_for_data", "held_for_update", "admit",
+                                                                    "forward", "serve", "handoff", "report", "other"))
+print(f"scale {name}: rc {rc} gpu_busy_mean {busy:.1f}% ({len(util)} samples); "
+      f"{json.dumps({k: s.get(k) for k in keys})}; split {split}; trainer busy {100 * t['update'] / t['total']:.0f}%")
+PY
+}
+if enough 60 scale; then
+  say "env-only limit: 16 processes stepping uav_coverage (8 envs each), no learner"
+  envpids=()
+  for i in $(seq 16); do
+    "$BUILD/bench/farm-bench" --seconds 3 env --env uav_coverage --num-envs 8 >"$D/envonly_$i.txt" 2>&1 &
+    envpids+=($!)
+  done
+  wait "${envpids[@]}"  # not a bare wait: that would wait for the log's tee too
+  python3 - "$D" <<'PY' | tee -a "$OUT/summary.txt"
+import glob, json, sys
+r = [json.loads(open(f).read().strip().splitlines()[-1]) for f in glob.glob(sys.argv[1] + "/envonly_*.txt")]
+print(f"env-only uav_coverage, {len(r)} processes x 8 envs: {sum(x['steps_per_second'] for x in r):,.0f} env steps/s, "
+      f"{sum(x['agent_steps_per_second'] for x in r):,.0f} agent steps/s")
+PY
+  for spec in ${FARM_GPU_SCALE_RUNS:-16:sync 16:async 64:sync 64:async}; do
+    w="${spec%%:*}" mode="${spec##*:}"
+    enough 75 scale || break
+    say "uav_coverage cnn, $w workers, $mode"
+    scale_run "w${w}_$mode" "$w" 30 mode="$mode"
+  done
+fi
 
 # Unit tests, one process per test binary, side by side (CTest's one process per case would pay CUDA's
 # start-up each time). The process-level tests run on the CPU machine; the learner tests here act on the GPU
