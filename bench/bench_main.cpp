@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -320,6 +321,22 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
   return 0;
 }
 
+// The BLAS library LibTorch's CPU matrix products go through, as mapped into this process (the file name of the
+// first mapping whose name holds "blas" or "mkl"): reference BLAS runs matrix products several times slower than
+// OpenBLAS, which changes every CPU ceiling.
+std::string LoadedBlas() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (name.find("blas") != std::string::npos || name.find("mkl") != std::string::npos) return path;
+  }
+  return "none found";
+}
+
 // dtype: fp32 (TF32 allowed on CUDA, as the learner allows it), fp16 or bf16 operands.
 int BenchMatmul(int threads, int n, double seconds, const std::string& device_name, const std::string& dtype_name) {
   farm::SetCpuThreads(threads);
@@ -348,7 +365,8 @@ int BenchMatmul(int threads, int n, double seconds, const std::string& device_na
   const double t = Since(t0);
   const double flops = 2.0 * n * n * static_cast<double>(n) * static_cast<double>(iters);
   fmt::print("{}\n", nlohmann::json{{"case", "matmul"}, {"n", n}, {"threads", threads}, {"device", device.str()},
-                                    {"dtype", dtype_name}, {"seconds", t}, {"gflops", flops / t / 1e9}}
+                                    {"dtype", dtype_name}, {"seconds", t}, {"gflops", flops / t / 1e9},
+                                    {"blas", device.is_cuda() ? std::string("cuBLAS") : LoadedBlas()}}
                          .dump());
   return 0;
 }

@@ -37,8 +37,8 @@ int64_t Acting::Rows(const std::vector<Work*>& steps) {
   return rows;
 }
 
-Acting::Output Acting::Act(const std::vector<Work*>& steps, int64_t rows) {
-  return config_.learner.random_actions ? RandomActions(rows) : Forward(steps, rows);
+Acting::Output Acting::Act(int64_t rows) {
+  return config_.learner.random_actions ? RandomActions(rows) : Forward(rows);
 }
 
 Acting::Output Acting::RandomActions(int64_t rows) {
@@ -63,7 +63,9 @@ Acting::Output Acting::RandomActions(int64_t rows) {
   return out;
 }
 
-Acting::Output Acting::Forward(const std::vector<Work*>& steps, int64_t rows) {
+void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
+  batch_states_view_ = torch::Tensor();
+  if (config_.learner.random_actions) return;
   const int64_t obs_numel = observation_.numel();
   if (!batch_obs_.defined() || batch_obs_.size(0) < rows) {
     auto opts = torch::TensorOptions().dtype(torch::kFloat32);
@@ -87,7 +89,6 @@ Acting::Output Acting::Forward(const std::vector<Work*>& steps, int64_t rows) {
   // come (the critic runs once per env; the CUDA graphs, whose buckets are powers of two, take one per row, so
   // for them each env's state is repeated for its agents). Serving without training needs only the actor: no
   // states, no critic (the graphs were captured with them, so they keep them).
-  torch::Tensor state;
   if (use_state_ && (recording_ || graphed_)) {
     const int64_t state_numel = state_->numel();
     const int64_t per = graphed_ ? 1 : num_agents_;
@@ -115,9 +116,12 @@ Acting::Output Acting::Forward(const std::vector<Work*>& steps, int64_t rows) {
       copy_envs(w->msg.step().final_global_state().data(), w->msg.step().final_obs_index_size() / num_agents_);
     std::vector<int64_t> sshape{state_rows};
     sshape.insert(sshape.end(), state_shape_.begin(), state_shape_.end());
-    state = batch_state_.narrow(0, 0, state_rows).view(sshape);
+    batch_states_view_ = batch_state_.narrow(0, 0, state_rows).view(sshape);
   }
+}
 
+Acting::Output Acting::Forward(int64_t rows) {
+  torch::Tensor state = batch_states_view_;
   Output result;
   c10::InferenceMode guard;
   torch::Tensor obs = batch_obs_.narrow(0, 0, rows);

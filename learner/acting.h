@@ -43,7 +43,10 @@ class Acting {
   };
   // The rows of `steps` (requests and final observations).
   static int64_t Rows(const std::vector<Work*>& steps);
-  Output Act(const std::vector<Work*>& steps, int64_t rows);
+  // Two halves, timed apart by the learner: Gather copies the batch's inputs into the preallocated buffers (host
+  // memory, pinned on CUDA); Act then runs the forward on them (or draws random actions).
+  void Gather(const std::vector<Work*>& steps, int64_t rows);
+  Output Act(int64_t rows);
 
   // One forward pass at the largest batch, so that the first requests do not pay for allocator growth, kernel
   // selection or lazy initialisation.
@@ -57,7 +60,7 @@ class Acting {
 
  private:
   Output RandomActions(int64_t rows);
-  Output Forward(const std::vector<Work*>& steps, int64_t rows);
+  Output Forward(int64_t rows);
 
   const FarmConfig config_;
   const torch::Device device_;
@@ -74,6 +77,7 @@ class Acting {
   torch::Generator random_gen_;
   torch::Tensor batch_obs_;    // preallocated, grown as needed
   torch::Tensor batch_state_;  // the same for global states
+  torch::Tensor batch_states_view_;  // the gathered states of the batch (undefined when not needed)
 
  public:
   // learner.random_actions' generator, whose state a checkpoint keeps.

@@ -530,9 +530,14 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
   const int64_t rows = Acting::Rows(steps);
   Acting::Output out;
   {
+    PhaseTimer timer(stats, Phase::kGather);
+    ActivityScope busy(inference, "gathering the batch");
+    acting->Gather(steps, rows);
+  }
+  {
     PhaseTimer timer(stats, Phase::kForward);
     ActivityScope busy(inference, "the forward pass");
-    out = acting->Act(steps, rows);
+    out = acting->Act(rows);
   }
   ++stats.batches;
   stats.batch_rows += rows;

@@ -28,6 +28,7 @@ void RunStats::Add(Phase phase, double seconds) {
     case Phase::kWait: time_.wait += seconds; break;
     case Phase::kHeld: time_.held += seconds; break;
     case Phase::kAdmit: time_.admit += seconds; break;
+    case Phase::kGather: time_.gather += seconds; break;
     case Phase::kForward: time_.forward += seconds; break;
     case Phase::kServe: time_.serve += seconds; break;
     case Phase::kHandoff: time_.handoff += seconds; break;
@@ -77,6 +78,7 @@ std::vector<RunStats::Item> RunStats::Items(const Outside& o) const {
       {"time_wait_seconds", t.wait, kMT},
       {"time_held_for_update_seconds", t.held, kMT},
       {"time_admit_seconds", t.admit, kMT},
+      {"time_gather_seconds", t.gather, kMT},
       {"time_forward_seconds", t.forward, kMT},
       {"time_serve_seconds", t.serve, kMT},
       {"time_handoff_seconds", t.handoff, kMT},
@@ -127,7 +129,7 @@ nlohmann::json RunStats::SummaryCounters(const Outside& outside) const {
     if (item.where & kSummary) s[item.key] = item.value;
   const TimeSplit t = Split();
   s["time_seconds"] = {{"wait_for_data", t.wait}, {"held_for_update", t.held}, {"admit", t.admit},
-                       {"forward", t.forward},    {"serve", t.serve},          {"handoff", t.handoff},
+                       {"gather", t.gather}, {"forward", t.forward}, {"serve", t.serve},          {"handoff", t.handoff},
                        {"report", t.report},      {"other", t.other},          {"total", ProcessWall()},
                        {"update", outside.trainer_busy_seconds}};
   return s;
@@ -146,12 +148,13 @@ std::string RunStats::StatusLine(const Outside& outside, std::chrono::steady_clo
     workers = fmt::format(" ({} lost, {} rejoins)", workers_lost, rejoins);
   return fmt::format(
       "[{:7.1f}s] steps {:>10} | {:>8.0f} sps | return {:>7} | v{} | {} workers{} | batch {:>6.1f} rows | "
-      "inference thread: wait {:.0f}% held {:.0f}% admit {:.0f}% infer {:.0f}% serve {:.0f}% handoff {:.0f}% "
+      "inference thread: wait {:.0f}% held {:.0f}% admit {:.0f}% gather {:.0f}% infer {:.0f}% serve {:.0f}% "
+      "handoff {:.0f}% "
       "report {:.0f}% other {:.0f}% | trainer busy {:.0f}%",
       wall, env_steps, sps, window.empty() ? std::string("-") : fmt::format("{:.1f}", window.mean_return()), version,
       outside.workers_active, workers,
       batches ? static_cast<double>(batch_rows) / static_cast<double>(batches) : 0.0, pct(t.wait), pct(t.held),
-      pct(t.admit), pct(t.forward), pct(t.serve), pct(t.handoff), pct(t.report), pct(t.other),
+      pct(t.admit), pct(t.gather), pct(t.forward), pct(t.serve), pct(t.handoff), pct(t.report), pct(t.other),
       pct(outside.trainer_busy_seconds));
 }
 

@@ -32,18 +32,19 @@ struct TimeSplit {
   double wait = 0;     // waiting for requests (nothing queued)
   double held = 0;     // waiting while the trainer updates (sync mode: requests held for the update)
   double admit = 0;    // Hellos (the first one builds the policy), checking requests, recording step results
-  double forward = 0;  // gathering observations into the batch and the forward pass
+  double gather = 0;   // copying the requests' observations (and states) into the batch buffers
+  double forward = 0;  // the forward pass: to the device, the policy, the actions back (or random actions)
   double serve = 0;    // recording the step into the store, encoding and sending replies
   double handoff = 0;  // taking a full rollout for the trainer, copying the new weights into the acting policy
   double report = 0;   // metrics.jsonl, TensorBoard, the status line, dropping silent workers
   double other = 0;    // the rest of the wall time since Run began (set by Close)
 
-  double named() const { return wait + held + admit + forward + serve + handoff + report; }
+  double named() const { return wait + held + admit + gather + forward + serve + handoff + report; }
 };
 
 class RunStats {
  public:
-  enum class Phase { kWait, kHeld, kAdmit, kForward, kServe, kHandoff, kReport };
+  enum class Phase { kWait, kHeld, kAdmit, kGather, kForward, kServe, kHandoff, kReport };
 
   // Counters kept elsewhere, read when items are made.
   struct Outside {

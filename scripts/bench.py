@@ -219,15 +219,47 @@ class Bench:
         return {"cores": cores, "gpu": gpu, "table": table}
 
     def roofline(self, training_sps):
+        """The training rate against a compute ceiling: FLOPs per env step (counted from the config's model and PPO
+        settings) against the machine's peak FLOP/s. The peak is the larger of (a) the best measured fp32 matrix
+        product over n = 512, 1024, 2048 on every core through LibTorch's BLAS, and (b) the CPU's nominal fp32 peak,
+        cores x clock x FLOPs per cycle from /proc/cpuinfo (FMA width from its flags). (a) alone undercounts on a
+        machine whose BLAS is the reference one (several times slower), while the fused PPO update uses its own
+        kernels, not BLAS: a training rate above such a ceiling is what that looked like."""
         s = 1 if self.quick else 2
         flops = self.micro("flops", "--config", os.path.join(ROOT, "configs", "cartpole_fast.yaml"), seconds=s)
         cores = os.cpu_count() or 1
-        peak = median([self.micro("matmul", "--threads", str(cores), seconds=s)["gflops"]
-                       for _ in range(self.repeats)])
+        gemm = []
+        for n in (512, 1024, 2048):
+            runs = [self.micro("matmul", "--threads", str(cores), "--n", str(n), seconds=s) for _ in range(self.repeats)]
+            gemm.append({"n": n, "gflops": median([r["gflops"] for r in runs]), "blas": runs[0].get("blas")})
+        gemm_peak = max(g["gflops"] for g in gemm)
+        nominal = nominal_cpu_peak_gflops(cores)
+        peak = max(gemm_peak, nominal["gflops"] or 0)
         ceiling = peak * 1e9 / flops["flops_per_env_step"]
-        return {"flops_per_env_step": flops["flops_per_env_step"], "peak_gflops": peak, "threads": cores,
-                "ceiling_sps": ceiling, "training_sps": training_sps,
-                "fraction_of_ceiling": training_sps / ceiling if training_sps else None}
+        fraction = training_sps / ceiling if training_sps else None
+        if fraction is not None and fraction > 1:
+            log(f"roofline: a training rate {fraction:.2f}x the ceiling cannot be: the FLOP count or the peak is wrong")
+        return {"flops_per_env_step": flops["flops_per_env_step"], "forward_flops": flops["forward_flops"],
+                "gemm": gemm, "gemm_peak_gflops": gemm_peak, "nominal": nominal, "peak_gflops": peak,
+                "threads": cores, "ceiling_sps": ceiling, "training_sps": training_sps,
+                "fraction_of_ceiling": fraction}
+
+
+def nominal_cpu_peak_gflops(cores):
+    """cores x MHz x fp32 FLOPs per cycle (2 FMA pipes: 64 with AVX-512, 32 with AVX2+FMA, 16 with AVX, 8
+    otherwise), read from /proc/cpuinfo; None where it cannot be read."""
+    mhz, flags = None, set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("cpu MHz") and mhz is None:
+                mhz = float(line.split(":", 1)[1])
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    per_cycle = 64 if "avx512f" in flags else 32 if {"avx2", "fma"} <= flags else 16 if "avx" in flags else 8
+    gflops = cores * mhz * 1e6 * per_cycle / 1e9 if mhz else None
+    return {"gflops": gflops, "mhz": mhz, "flops_per_cycle": per_cycle, "cores": cores}
 
 
 def plot_scale(scale, png):
@@ -247,7 +279,7 @@ def plot_scale(scale, png):
             "set terminal pngcairo size 900,560", f"set output '{png}'",
             f"set title 'Rollout Farm: env steps/s against workers ({scale['cores']} cores{', GPU' if scale['gpu'] else ''})'",
             "set xlabel 'workers'", "set ylabel 'env steps/s'", "set logscale x 2", "set logscale y",
-            "set key outside right", "set grid", "plot " + ", ".join(plots)])
+            "set key outside right", "set grid", "set termoption noenhanced", "plot " + ", ".join(plots)])
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
     log(f"plot written: {png}")
 
@@ -336,7 +368,9 @@ def main():
     if "roofline" in result:
         r = result["roofline"]
         print(f"  roofline          {fmt(r['flops_per_env_step'])} FLOP/step, peak {fmt(r['peak_gflops'], '.1f')} "
-              f"GFLOP/s -> ceiling {fmt(r['ceiling_sps'])} steps/s; training at {fmt(r['fraction_of_ceiling'], '.1%')}")
+              f"GFLOP/s (matmul best {fmt(r['gemm_peak_gflops'], '.1f')} via {r['gemm'][0]['blas']}, nominal "
+              f"{fmt(r['nominal']['gflops'], '.1f')}) -> ceiling {fmt(r['ceiling_sps'])} steps/s; training at "
+              f"{fmt(r['fraction_of_ceiling'], '.1%')}")
     if "sweeps" in result:
         envs = sorted({row["envs_per_worker"] for row in result["sweeps"]["table"]})
         print("  sweep (acting, steps/s)   envs/worker: " + "".join(f"{e:>10}" for e in envs))

@@ -147,7 +147,7 @@ busy = sum(util) / len(util) if util else float("nan")
 keys = ["env_steps", "sps", "agent_sps", "updates", "update_path", "batch_rows_avg", "workers_joined",
         "workers_lost", "rejoins", "connections_closed", "last_join_seconds", "max_rss_mb", "store_bytes", "device"]
 t = s["time_seconds"]
-split = " ".join(f"{k}={100 * t[k] / t['total']:.0f}%" for k in ("wait_for_data", "held_for_update", "admit",
+split = " ".join(f"{k}={100 * t[k] / t['total']:.0f}%" for k in ("wait_for_data", "held_for_update", "admit", "gather",
                                                                     "forward", "serve", "handoff", "report", "other"))
 print(f"scale {name}: rc {rc} gpu_busy_mean {busy:.1f}% ({len(util)} samples); "
       f"{json.dumps({k: s.get(k) for k in keys})}; split {split}; trainer busy {100 * t['update'] / t['total']:.0f}%")
@@ -167,11 +167,16 @@ r = [json.loads(open(f).read().strip().splitlines()[-1]) for f in glob.glob(sys.
 print(f"env-only uav_coverage, {len(r)} processes x 8 envs: {sum(x['steps_per_second'] for x in r):,.0f} env steps/s, "
       f"{sum(x['agent_steps_per_second'] for x in r):,.0f} agent steps/s")
 PY
+  # WORKERS:MODE[:KEY=VALUE,KEY=VALUE...] per run: more settings after a second colon.
   for spec in ${FARM_GPU_SCALE_RUNS:-16:sync 16:async 64:sync 64:async}; do
-    w="${spec%%:*}" mode="${spec##*:}"
+    IFS=: read -r w mode extra <<<"$spec"
+    extras=()
+    [ -n "$extra" ] && IFS=, read -r -a extras <<<"$extra"
     enough 75 scale || break
-    say "uav_coverage cnn, $w workers, $mode"
-    scale_run "w${w}_$mode" "$w" 30 mode="$mode"
+    name="w${w}_$mode"
+    [ -n "$extra" ] && name="${name}_$(echo "$extra" | tr -c 'A-Za-z0-9=\n' '_' | sed 's/env_num_//g; s/batcher_//g; s/learner_//g')"
+    say "uav_coverage cnn, $w workers, $mode ${extras[*]}"
+    scale_run "$name" "$w" "${FARM_GPU_SCALE_SECONDS:-30}" mode="$mode" "${extras[@]}"
   done
 fi
 

@@ -26,7 +26,7 @@ TEST_CASE("RunStats: the time split adds up to the wall time, with the rest show
   CHECK(t.other >= 0.030 - 1e-3);  // the sleeps not measured as a phase, not hidden
   const nlohmann::json s = stats.SummaryCounters({});
   double sum = 0;
-  for (const char* k : {"wait_for_data", "held_for_update", "admit", "forward", "serve", "handoff", "report", "other"})
+  for (const char* k : {"wait_for_data", "held_for_update", "admit", "gather", "forward", "serve", "handoff", "report", "other"})
     sum += s["time_seconds"][k].get<double>();
   CHECK(sum == Approx(s["time_seconds"]["total"].get<double>()).epsilon(0.01));
 }

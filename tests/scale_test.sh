@@ -46,7 +46,7 @@ assert s["workers_joined"] == workers and s["workers_active"] == workers, (s["wo
 assert s["updates"] >= 1, s["updates"]
 # The split of the inference thread's time adds up to its wall time.
 t = s["time_seconds"]
-parts = sum(t[k] for k in ("wait_for_data", "held_for_update", "admit", "forward", "serve", "handoff", "report", "other"))
+parts = sum(t[k] for k in ("wait_for_data", "held_for_update", "admit", "gather", "forward", "serve", "handoff", "report", "other"))
 assert abs(parts - t["total"]) <= 0.01 * t["total"], (parts, t["total"])
 ckpts = [f for f in os.listdir(os.path.join(run, "checkpoints")) if f.endswith(".pt")]
 assert ckpts, "no final checkpoint"
