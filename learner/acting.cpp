@@ -63,13 +63,28 @@ Acting::Output Acting::RandomActions(int64_t rows) {
   return out;
 }
 
+int64_t Acting::PaddedRows(int64_t units) {
+  if (units <= 32) return 32;
+  // Four sizes per octave: at most a quarter more rows, and a few dozen shapes in all.
+  int64_t octave = 1;
+  while (octave * 2 <= units) octave *= 2;
+  const int64_t step = octave / 4;
+  return (units + step - 1) / step * step;
+}
+
 void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   batch_states_view_ = torch::Tensor();
+  padded_rows_ = rows;
   if (config_.learner.random_actions) return;
   const int64_t obs_numel = observation_.numel();
-  if (!batch_obs_.defined() || batch_obs_.size(0) < rows) {
+  // On CUDA the eager forward runs on a few batch sizes only (rows padded with zeros, in whole envs when states go
+  // per env): cuDNN picks its algorithms once per shape (learner.device cuda sets its benchmark mode), and a
+  // dynamic batcher would otherwise show it a new shape in nearly every batch. The CUDA graphs pad for themselves.
+  const int64_t per = use_state_ && (recording_ || graphed_) && !graphed_ ? num_agents_ : 1;
+  if (device_.is_cuda() && !graphed_) padded_rows_ = PaddedRows(rows / per) * per;
+  if (!batch_obs_.defined() || batch_obs_.size(0) < padded_rows_) {
     auto opts = torch::TensorOptions().dtype(torch::kFloat32);
-    batch_obs_ = torch::empty({std::max<int64_t>(rows, config_.batcher.max_rows), obs_numel}, opts);
+    batch_obs_ = torch::empty({std::max<int64_t>(padded_rows_, config_.batcher.max_rows), obs_numel}, opts);
     if (device_.is_cuda()) batch_obs_ = batch_obs_.pin_memory();
   }
   float* dst = batch_obs_.data_ptr<float>();
@@ -85,6 +100,7 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
       dst += w->msg.step().final_obs_index_size() * obs_numel;
     }
   }
+  std::fill(dst, dst + (padded_rows_ - rows) * obs_numel, 0.0f);
   // The critic's global states in the same order: each request's, then the final ones, one per env as they
   // come (the critic runs once per env; the CUDA graphs, whose buckets are powers of two, take one per row, so
   // for them each env's state is repeated for its agents). Serving without training needs only the actor: no
@@ -92,7 +108,7 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   if (use_state_ && (recording_ || graphed_)) {
     const int64_t state_numel = state_->numel();
     const int64_t per = graphed_ ? 1 : num_agents_;
-    const int64_t state_rows = rows / per;  // requests and final_obs_index hold whole envs
+    const int64_t state_rows = padded_rows_ / per;  // requests and final_obs_index hold whole envs
     if (!batch_state_.defined() || batch_state_.size(0) < state_rows) {
       auto opts = torch::TensorOptions().dtype(torch::kFloat32);
       batch_state_ =
@@ -114,6 +130,7 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
     for (const Work* w : steps) copy_envs(w->msg.step().global_state().data(), w->rows / num_agents_);
     for (const Work* w : steps)
       copy_envs(w->msg.step().final_global_state().data(), w->msg.step().final_obs_index_size() / num_agents_);
+    std::fill(sdst, batch_state_.data_ptr<float>() + state_rows * state_numel, 0.0f);  // the padding
     std::vector<int64_t> sshape{state_rows};
     sshape.insert(sshape.end(), state_shape_.begin(), state_shape_.end());
     batch_states_view_ = batch_state_.narrow(0, 0, state_rows).view(sshape);
@@ -124,8 +141,9 @@ Acting::Output Acting::Forward(int64_t rows) {
   torch::Tensor state = batch_states_view_;
   Output result;
   c10::InferenceMode guard;
-  torch::Tensor obs = batch_obs_.narrow(0, 0, rows);
-  std::vector<int64_t> shape{rows};
+  const int64_t padded = padded_rows_;  // Gather's (rows, or more with the padding)
+  torch::Tensor obs = batch_obs_.narrow(0, 0, padded);
+  std::vector<int64_t> shape{padded};
   shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
   ActOutput out;
   if (graphed_) {
@@ -140,10 +158,12 @@ Acting::Output Acting::Forward(int64_t rows) {
     const auto generator_lock = LockCudaGenerator(device_);  // sampling draws while the trainer may capture
     out = policy_->Act(obs.view(shape), state, config_.learner.deterministic);
   }
-  result.action = out.action.to(torch::kCPU).contiguous();
-  result.logp = out.logp.to(torch::kCPU, torch::kFloat32).contiguous();
+  // The padding's rows are dropped before the copies back to the host.
+  result.action = out.action.narrow(0, 0, rows).to(torch::kCPU).contiguous();
+  result.logp = out.logp.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat32).contiguous();
   // Undefined only when serving a centralised critic's policy without states: values are used only to train.
-  result.value = out.value.defined() ? out.value.to(torch::kCPU, torch::kFloat32).contiguous() : torch::zeros({rows});
+  result.value = out.value.defined() ? out.value.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat32).contiguous()
+                                     : torch::zeros({rows});
   return result;
 }
 

@@ -59,6 +59,8 @@ class Acting {
   ActorCritic& policy() { return policy_; }
 
  private:
+  // CUDA's eager forward pads a batch of `units` (rows, or envs) to one of a few sizes.
+  static int64_t PaddedRows(int64_t units);
   Output RandomActions(int64_t rows);
   Output Forward(int64_t rows);
 
@@ -77,6 +79,7 @@ class Acting {
   torch::Generator random_gen_;
   torch::Tensor batch_obs_;    // preallocated, grown as needed
   torch::Tensor batch_state_;  // the same for global states
+  int64_t padded_rows_ = 0;     // rows of the gathered batch, padding included
   torch::Tensor batch_states_view_;  // the gathered states of the batch (undefined when not needed)
 
  public:
