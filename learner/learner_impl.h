@@ -1,0 +1,166 @@
+// The learner's private parts: Learner::Impl, which learner.cpp, learner_join.cpp and learner_serve.cpp
+// implement between them. Not for other code: the public face is learner/learner.h.
+#pragma once
+
+#include "learner/learner.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+#include <yaml-cpp/yaml.h>
+#include <zmq.hpp>
+
+#include "common/curve.h"
+#include "common/files.h"
+#include "common/log_limit.h"
+#include "common/protobuf_log.h"
+#include "common/tensorboard.h"
+#include "common/transport.h"
+#include "common/wire.h"
+#include "learner/acting.h"
+#include "learner/batcher.h"
+#include "learner/checkpoint.h"
+#include "learner/cuda_graph.h"
+#include "learner/device.h"
+#include "learner/liveness.h"
+#include "learner/metrics.h"
+#include "learner/rollout_collector.h"
+#include "learner/router_loop.h"
+#include "learner/run_builder.h"
+#include "learner/run_dir.h"
+#include "learner/run_normalizer.h"
+#include "learner/run_stats.h"
+#include "learner/trainer_thread.h"
+#include "learner/work.h"
+#include "learner/worker_registry.h"
+
+namespace farm {
+namespace learner_internal {
+
+using Clock = std::chrono::steady_clock;
+using Phase = RunStats::Phase;
+
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+inline double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+inline std::string ErrorText(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  return torch_error ? torch_error->what_without_backtrace() : e.what();
+}
+
+}  // namespace learner_internal
+
+
+// How the run ends: why it stops, and what went wrong if anything.
+struct Outcome {
+  bool stopping = false;
+  std::string stop_reason;
+  // The run could not start (policy, trainer or --resume): nothing is checkpointed and no summary written, so a
+  // run directory being resumed stays as it was; Run returns this.
+  Status start_failure;
+  // An update produced a non-finite loss or parameters: no checkpoint is written after it (`latest` stays on the
+  // last good one); Run returns an error.
+  bool update_failed = false;
+  // An exception escaped the serving of a batch (a LibTorch or CUDA error, say): the run stops, with its final
+  // checkpoint (the trainer's policy is not touched by serving), and Run returns this.
+  Status serve_failure;
+};
+
+// Threading: the inference thread owns everything here but what is marked otherwise.
+struct Learner::Impl {
+  explicit Impl(const FarmConfig& c)
+      : config(c),
+        batcher(c.batcher.max_rows, std::chrono::microseconds(c.batcher.max_wait_us),
+                static_cast<std::size_t>(c.batcher.queue_capacity), [](const Work& w) { return w.rows; }),
+        registry(c),
+        normalizer(c, recording),
+        collector(c, recording) {}
+
+  Status Init();
+  // ---- inference thread ----
+  void ProcessBatch(std::vector<Work>& batch);
+  void OnHello(Work& w);
+  bool BuildRunFrom(const wire::Hello& h, const Handshake& hs, const std::function<void(const std::string&)>& refuse);
+  void ApplyResume(const RunParts::Resumed& r, PpoTrainer& trainer);
+  void OnStep(Work& w, std::vector<Work*>* steps);
+  void OnTrainerDone(const TrainResult& r);
+  void ConsumeOutcome(const WorkerState& ws, const wire::StepRequest& req);
+  void ServeSteps(std::vector<Work*>& steps);
+  void Respond(std::vector<Work*>& steps, const Acting::Output& out);
+  void MaybeHandOff();
+  void ReleaseParked();
+  void CheckStop();
+  void CheckWorkers();
+  void RemoveWorker(const std::string& identity, const std::string& why);
+  void UpdateReadyHint();
+  void ShowProgress(bool force);
+  void Reply(const std::string& identity, const wire::Envelope& env) { reply->Send(identity, env); }
+  void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
+                  wire::Error::Code code = wire::Error::FATAL);
+  void FailStart(const std::string& why);
+  void FailServing(const std::string& what);
+  RunState CaptureRunState();
+  RunStats::Outside Outside() const;
+  nlohmann::json Summary() const;
+  bool trainer_busy() const { return trainer && trainer->busy(); }
+  // Any thread.
+  void RequestStop(const std::string& reason);
+  std::string RequestedStopReason();
+
+  // Declared first, destroyed last: every socket (the router's, the reply sink's, ZAP's) closes before it.
+  zmq::context_t ctx{1};
+  const FarmConfig config;
+  const bool recording = config.learner.train && !config.learner.random_actions;
+  torch::Device device{torch::kCPU};
+  Precision precision = Precision::kFp32;
+  std::unique_ptr<RunDir> run_dir;
+  std::string endpoint;
+  std::unique_ptr<ZapAuthenticator> zap;  // with transport.curve: admits the listed workers
+
+  DynamicBatcher<Work> batcher;    // any thread
+  Liveness liveness;               // any thread
+  ThreadActivity inference;        // written by the inference thread, read by the I/O thread
+  std::unique_ptr<RouterLoop> router;  // the I/O thread
+  std::unique_ptr<ReplySink> reply;
+
+  WorkerRegistry registry;
+  RunNormalizer normalizer;
+  RolloutCollector collector;
+  RunStats stats;
+  std::unique_ptr<Acting> acting;          // built by the first Hello
+  std::unique_ptr<TrainerThread> trainer;  // likewise
+  Outcome outcome;
+  int64_t handoff_env_steps = 0;  // env_steps at the last hand-off: the learning-rate schedule's progress
+  std::chrono::steady_clock::time_point submitted_at;  // when the update in flight was handed over
+  std::string update_path = "none";
+  int64_t graphed_updates = 0;
+  double start_unix = learner_internal::UnixNow();
+  MetricsWriter metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  ProgressLine progress;
+  std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_worker_check = std::chrono::steady_clock::now();
+  // The inference thread's warnings about errors it answers, at most one per client and kLogRateInterval.
+  LogRateLimiter error_log{kLogRateInterval, {}, 1024};
+
+  std::atomic<bool> fail_next_batch{false};       // Learner::TEST_FailNextBatch; any thread
+  std::atomic<int64_t> stall_next_batch_ms{0};    // Learner::TEST_StallNextBatch; any thread
+  std::atomic<bool> stop_requested{false};   // any thread
+  std::mutex stop_request_mutex;
+  std::string stop_request_reason;  // GUARDED_BY(stop_request_mutex): RequestStop's reason, set before stop_requested
+};
+
+}  // namespace farm

@@ -1,0 +1,204 @@
+// The learner's inference thread, workers coming and going: Hellos (the first builds the run), --resume's
+// counters and run state, the run state a checkpoint captures, and dropping silent workers.
+#include <regex>
+
+#include "learner/learner_impl.h"
+
+namespace farm {
+using namespace learner_internal;
+namespace {
+
+// A worker reconnecting says Hello under its first identity plus "-cN" (WorkerClient, farm_worker.py).
+bool IsRejoin(const std::string& identity) {
+  static const std::regex kRejoin(".*-c[0-9]+$");
+  return std::regex_match(identity, kRejoin);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Hellos
+
+void Learner::Impl::OnHello(Work& w) {
+  PhaseTimer timer(stats, Phase::kAdmit);
+  const wire::Hello& h = w.msg.hello();
+  wire::Envelope reply_msg;
+  auto* welcome = reply_msg.mutable_welcome();
+  auto refuse = [&](const std::string& why) {
+    ++stats.errors;
+    if (const auto d = error_log.Allow("refused " + w.identity); d.log)
+      spdlog::warn("refused {}: {}{}", w.identity, why, LogRateLimiter::Suffix(d));
+    welcome->set_accepted(false);
+    welcome->set_error(why);
+    Reply(w.identity, reply_msg);
+  };
+  Handshake hs;
+  if (auto s = registry.CheckHello(w.identity, h, normalizer.options(), &hs); !s.ok()) return refuse(s.message());
+  if (outcome.stopping) return refuse("the learner is stopping");
+  if (!registry.has_run()) {
+    ActivityScope busy(inference, "building the run from the first Hello (policy, CUDA graphs, warm-up, resume)");
+    if (!BuildRunFrom(h, hs, refuse)) return;
+  }
+  std::vector<int> groups;
+  for (uint32_t g = 0; g < hs.num_groups; ++g) groups.push_back(collector.store().AddGroup(static_cast<int>(hs.group_rows)));
+  registry.Add(w.identity, hs, std::move(groups));
+  liveness.Admit(w.identity, Clock::now());
+  ++stats.workers_joined;
+  if (IsRejoin(w.identity)) ++stats.rejoins;
+  stats.last_join_seconds = stats.ProcessWall();
+  welcome->set_accepted(true);
+  welcome->set_policy_version(static_cast<uint64_t>(stats.version));
+  welcome->set_heartbeat_interval_s(config.transport.heartbeat_interval_s);
+  welcome->set_heartbeat_timeout_s(config.transport.heartbeat_timeout_s);
+  if (normalizer.any()) normalizer.Fill(welcome->mutable_normalizer());  // a rejoin, a resume, a served policy
+  Reply(w.identity, reply_msg);
+  spdlog::info("worker {} joined: {} envs in {} groups ({} workers, {} agent rows)", w.identity, h.num_envs(),
+               h.num_groups(), registry.size(), collector.store().num_rows());
+  if (static_cast<int>(registry.size()) == config.learner.min_workers) ReleaseParked();
+}
+
+bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
+                                 const std::function<void(const std::string&)>& refuse) {
+  RunParts parts;
+  bool fatal = false;
+  if (auto s = BuildRun(config, device, precision, h, hs, &normalizer, &parts, &fatal); !s.ok()) {
+    if (fatal) FailStart(s.message());
+    refuse(config.learner.resume && fatal && s.message().rfind("resume failed: ", 0) == 0
+               ? "the learner could not resume: " + s.message().substr(15)
+               : s.message());
+    return false;
+  }
+  const RunSpec spec = parts.spec;
+  const bool use_state = parts.options.global_state.has_value();
+  acting = std::make_unique<Acting>(config, device, precision, spec.observation, spec.action, parts.options.global_state,
+                                    spec.num_agents, parts.acting, std::move(parts.graphed), recording);
+  acting->WarmUp();
+  if (parts.resumed) ApplyResume(*parts.resumed, *parts.trainer);
+  if (auto s = WriteFileAtomic(run_dir->file("policy_spec.json"),
+                               PolicySpecJson(spec.observation, spec.action, parts.hidden, parts.options));
+      !s.ok())
+    spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
+  collector.CreateStore(spec.observation.numel(), spec.action, use_state ? parts.options.global_state->numel() : 0,
+                        static_cast<int>(spec.num_agents));
+  trainer = std::make_unique<TrainerThread>(config, device, run_dir->checkpoints(), parts.training,
+                                            std::move(parts.trainer), [this](std::shared_ptr<TrainResult> r) {
+                                              Work done;
+                                              done.kind = Work::Kind::kTrainerDone;
+                                              done.result = std::move(r);
+                                              (void)batcher.PushFront(std::move(done));  // closed: shutting down
+                                            });
+  update_path = trainer->update_path();
+  registry.SetRun(spec);
+  stats.set_num_agents(spec.num_agents);
+  spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder {}, "
+               "critic on {})",
+               spec.env_name, spec.observation.ToString(), spec.action.ToString(), spec.num_agents,
+               spec.global_state ? spec.global_state->ToString() : std::string("none"), device.str(),
+               EncoderName(parts.options.encoder), use_state ? "the global state" : "the observation");
+  return true;
+}
+
+// Continues run_dir from the checkpoint BuildRun loaded: counters (env steps, updates, policy version, episodes,
+// wall time) and run state (random generators, episode window, when the target was reached, the normaliser).
+// What an older checkpoint lacks starts afresh, with a warning.
+void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
+  const TrainingCounters& c = r.counters;
+  const RunState& state = r.state;
+  stats.env_steps = c.env_steps;
+  handoff_env_steps = c.env_steps;  // the schedule goes on from here
+  stats.updates = c.updates;
+  stats.version = c.policy_version;
+  stats.set_wall_offset(c.wall_seconds);
+  stats.window.Restore(state.episode_returns, state.episode_lengths, c.episodes);
+  stats.solved_at_steps = state.solved_at_steps;
+  stats.solved_at_seconds = state.solved_at_seconds;
+  stats.solved_at_unix = state.solved_at_unix;
+  normalizer.Restore(state, r.path);
+  std::vector<std::string> missing = state.missing;
+  auto restore = [&](const char* name, torch::Generator generator) {
+    const auto it = state.rng.find(name);
+    if (it == state.rng.end()) {
+      if (!state.missing.empty() && state.missing.front().rfind("rng", 0) == 0) return;  // all of rng is missing
+      missing.push_back(fmt::format("rng.{}", name));
+      return;
+    }
+    if (auto s = SetGeneratorState(generator, it->second, name); !s.ok())
+      spdlog::warn("resume: {}; it continues from the seed instead", s.message());
+  };
+  restore(kRngTrainer, ppo.generator());
+  restore(kRngRandomActions, acting->random_generator());
+  restore(kRngTorchCpu, at::detail::getDefaultCPUGenerator());
+#ifdef FARM_WITH_CUDA
+  if (device.is_cuda()) restore(kRngTorchCuda, at::globalContext().defaultGenerator(device));
+#endif
+  if (!missing.empty())
+    spdlog::warn("resume: {} has no {} (written by an older version): {}", r.path, fmt::join(missing, ", "),
+                 "those start afresh (generators from the seed, an empty window)");
+  if (!state.config_yaml.empty()) {
+    try {
+      const auto changes = ConfigChanges(state.config_yaml, DumpConfig(config));
+      if (!changes.empty())
+        spdlog::info("resume: config keys changed since the checkpoint: {}", fmt::join(changes, "; "));
+    } catch (const YAML::Exception& e) {
+      spdlog::warn("resume: {}: the stored config is not valid YAML ({}); not compared", r.path, e.what());
+    }
+  }
+  spdlog::info("resumed {}: {} env steps, {} updates, policy version {}, {} episodes (window of {}, mean return "
+               "{}), {:.1f} s of wall time before",
+               r.path, stats.env_steps, stats.updates, stats.version, stats.window.total_episodes(),
+               stats.window.count(),
+               stats.window.empty() ? std::string("-") : fmt::format("{:.2f}", stats.window.mean_return()),
+               c.wall_seconds);
+  // Only now that the checkpoint has loaded: the run's config with this session's overrides.
+  if (auto s = run_dir->WriteConfig(config); !s.ok()) spdlog::error("{}", s.message());
+}
+
+// Everything but weights, optimizer and counters that a checkpoint needs to continue exactly (the trainer adds
+// its generator's state).
+RunState Learner::Impl::CaptureRunState() {
+  RunState s;
+  s.rng[kRngRandomActions] = GeneratorState(acting->random_generator());
+  torch::Generator cpu = at::detail::getDefaultCPUGenerator();
+  s.rng[kRngTorchCpu] = GeneratorState(cpu);
+#ifdef FARM_WITH_CUDA
+  if (device.is_cuda()) {
+    torch::Generator cuda = at::globalContext().defaultGenerator(device);
+    s.rng[kRngTorchCuda] = GeneratorState(cuda);
+  }
+#endif
+  s.has_episode_window = true;
+  s.episode_returns = stats.window.returns();
+  s.episode_lengths = stats.window.lengths();
+  s.solved_at_steps = stats.solved_at_steps;
+  s.solved_at_seconds = stats.solved_at_seconds;
+  s.solved_at_unix = stats.solved_at_unix;
+  s.config_yaml = DumpConfig(config);
+  normalizer.Capture(&s);
+  return s;
+}
+
+void Learner::Impl::CheckWorkers() {
+  const auto now = Clock::now();
+  if (Seconds(now - last_worker_check) < 0.5 * config.transport.heartbeat_interval_s) return;
+  last_worker_check = now;
+  PhaseTimer timer(stats, Phase::kReport);
+  for (const auto& id : liveness.SilentFor(config.transport.heartbeat_timeout_s, now))
+    RemoveWorker(id, fmt::format("silent for more than {} s (transport.heartbeat_timeout_s: no message of it reached "
+                                 "the learner)",
+                                 config.transport.heartbeat_timeout_s));
+}
+
+// Forgets a worker: its partial trajectories leave the rollout, its held requests are dropped, and the others go
+// on (the rollout may now be full).
+void Learner::Impl::RemoveWorker(const std::string& identity, const std::string& why) {
+  liveness.Forget(identity);
+  const std::optional<WorkerState> ws = registry.Remove(identity);
+  if (!ws) return;
+  for (int g : ws->store_group) collector.store().RemoveGroup(g);
+  collector.DropParked(identity);
+  ++stats.workers_lost;
+  spdlog::warn("dropped worker {}: {}; {} workers left", identity, why, registry.size());
+  MaybeHandOff();
+  UpdateReadyHint();
+}
+
+}  // namespace farm

@@ -1,0 +1,260 @@
+// The learner's inference thread, serving: a batch's dispatch, admitting requests, the forward pass and the
+// replies, parking, handing full rollouts to the trainer and taking its results.
+#include "learner/learner_impl.h"
+
+namespace farm {
+using namespace learner_internal;
+
+// ---------------------------------------------------------------- requests
+
+void Learner::Impl::OnStep(Work& w, std::vector<Work*>* steps) {
+  PhaseTimer timer(stats, Phase::kAdmit);
+  WorkerState* ws = registry.Find(w.identity);
+  if (ws == nullptr) {
+    ReplyError(w.identity, "StepRequest from a worker that never said hello (or was dropped as silent)",
+               &w.msg.step(), wire::Error::UNKNOWN_WORKER);
+    return;
+  }
+  const auto& req = w.msg.step();
+  if (auto s = registry.CheckStep(*ws, req); !s.ok()) return ReplyError(w.identity, s.message(), &req);
+  if (req.has_stats_delta())
+    if (auto s = normalizer.Merge(req.stats_delta()); !s.ok()) return ReplyError(w.identity, s.message(), &req);
+  int64_t sanitized = 0;
+  if (auto s = registry.AdmitNonFinite(*ws, w.msg.mutable_step(), &sanitized); !s.ok()) {
+    ++stats.non_finite_rejected;
+    return ReplyError(w.identity, s.message(), &req);
+  }
+  stats.non_finite_sanitized += sanitized;
+  WorkerRegistry::Accept(*ws, req);
+  if (!req.first()) ConsumeOutcome(*ws, req);
+  steps->push_back(&w);
+}
+
+void Learner::Impl::ConsumeOutcome(const WorkerState& ws, const wire::StepRequest& req) {
+  if (recording)
+    collector.store().RecordOutcome(ws.store_group[req.group()],
+                                    reinterpret_cast<const float*>(req.reward().data().data()),
+                                    reinterpret_cast<const uint8_t*>(req.terminated().data()),
+                                    reinterpret_cast<const uint8_t*>(req.truncated().data()));
+  // Env steps, not agent rows: what users compare (agent_steps = env_steps x agents).
+  stats.CountSteps(ws.group_envs);
+  for (const auto& ep : req.episodes()) stats.window.Add(ep.episode_return(), ep.length());
+  if (!stats.solved_at_steps && config.target_return && stats.window.full() &&
+      stats.window.mean_return() >= *config.target_return) {
+    stats.solved_at_steps = stats.env_steps;
+    stats.solved_at_seconds = stats.Wall();
+    stats.solved_at_unix = UnixNow();
+    spdlog::info("target {} reached: mean return {:.1f} over 100 episodes at {} steps, {:.1f} s",
+                 *config.target_return, stats.window.mean_return(), stats.env_steps, *stats.solved_at_seconds);
+  }
+}
+
+// One forward pass over every request's observations (and the final observations of truncated envs), then
+// record, park or reply.
+void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
+  const int64_t rows = Acting::Rows(steps);
+  Acting::Output out;
+  {
+    PhaseTimer timer(stats, Phase::kGather);
+    ActivityScope busy(inference, "gathering the batch");
+    acting->Gather(steps, rows);
+  }
+  {
+    PhaseTimer timer(stats, Phase::kForward);
+    ActivityScope busy(inference, "the forward pass");
+    out = acting->Act(rows);
+  }
+  ++stats.batches;
+  stats.batch_rows += rows;
+  PhaseTimer timer(stats, Phase::kServe);
+  ActivityScope busy(inference, "recording steps and replying");
+  Respond(steps, out);
+}
+
+void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out) {
+  const Space& action = registry.run().action;
+  const int64_t action_numel = action.numel();
+  const std::size_t action_bytes = action.is_categorical() ? sizeof(int64_t) : sizeof(float);
+  const auto* act_ptr = static_cast<const uint8_t*>(out.action.data_ptr());
+  const float* logp_ptr = out.logp.data_ptr<float>();
+  const float* value_ptr = out.value.data_ptr<float>();
+  const bool hold = collector.Hold(trainer_busy(), registry.size(), outcome.stopping);
+  TrajectoryStore* store = collector.has_store() ? &collector.store() : nullptr;
+
+  int64_t row = 0;
+  int64_t final_row = 0;
+  for (const Work* w : steps) final_row += w->rows;
+  wire::Envelope reply_msg;
+  for (Work* w : steps) {
+    const int64_t rows = w->rows;
+    WorkerState& ws = *registry.Find(w->identity);  // steps come from admitted workers only
+    const auto& req = w->msg.step();
+    const int g = ws.store_group[req.group()];
+    // Truncated envs: add gamma * V(final obs) (V(final global state) for a centralised critic) to the reward of
+    // their last step.
+    for (int32_t i : req.final_obs_index()) {
+      if (recording && config.ppo.bootstrap_truncated && w->kind == Work::Kind::kStep)
+        store->AddReward(g, i, static_cast<float>(config.ppo.gamma) * value_ptr[final_row]);
+      ++final_row;
+    }
+    if (recording && store->full(g)) {
+      store->SetBootstrap(g, value_ptr + row);
+      collector.Park(std::move(*w));
+    } else if (hold) {
+      collector.Park(std::move(*w));
+    } else {
+      if (recording)
+        store->RecordStep(g, reinterpret_cast<const float*>(req.obs().data().data()),
+                          act_ptr + row * action_numel * static_cast<int64_t>(action_bytes), logp_ptr + row,
+                          value_ptr + row, stats.version,
+                          req.has_global_state() ? reinterpret_cast<const float*>(req.global_state().data().data())
+                                                 : nullptr);
+      WorkerRegistry::MarkActed(ws, req.group());
+      auto* a = reply_msg.mutable_action();
+      acting->EncodeReply(req, out, row, rows, stats.version, a);
+      // A request that brought a statistics delta gets the merged statistics back (about once per rollout).
+      if (req.has_stats_delta() && normalizer.any()) {
+        normalizer.Fill(a->mutable_normalizer());
+      } else {
+        a->clear_normalizer();
+      }
+      Reply(w->identity, reply_msg);
+    }
+    row += rows;
+  }
+}
+
+// ---------------------------------------------------------------- the batch loop
+
+void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
+  std::vector<Work*> steps;
+  steps.reserve(batch.size());
+  for (Work& w : batch) {
+    switch (w.kind) {
+      case Work::Kind::kHello:
+        OnHello(w);
+        break;
+      case Work::Kind::kStop:
+        if (!outcome.stopping) {
+          outcome.stopping = true;
+          outcome.stop_reason = RequestedStopReason();
+        }
+        break;
+      case Work::Kind::kTrainerDone:
+        OnTrainerDone(*w.result);
+        break;
+      case Work::Kind::kHeartbeat: {
+        // The I/O thread answers admitted workers' heartbeats itself; this one's worker was not admitted when it
+        // arrived (it may have been since, in this batch).
+        PhaseTimer timer(stats, Phase::kAdmit);
+        if (!registry.Find(w.identity)) {
+          ReplyError(w.identity, "Heartbeat from a worker that never said hello (or was dropped as silent)", nullptr,
+                     wire::Error::UNKNOWN_WORKER);
+          break;
+        }
+        wire::Envelope beat;
+        beat.mutable_heartbeat();
+        Reply(w.identity, beat);
+        break;
+      }
+      case Work::Kind::kStep:
+        OnStep(w, &steps);
+        break;
+      case Work::Kind::kReplay:
+        if (registry.Find(w.identity)) steps.push_back(&w);  // else its worker was dropped meanwhile
+        break;
+    }
+  }
+  if (!steps.empty()) ServeSteps(steps);
+  {
+    PhaseTimer timer(stats, Phase::kHandoff);
+    MaybeHandOff();
+  }
+  CheckStop();
+  PhaseTimer timer(stats, Phase::kReport);
+  UpdateReadyHint();
+  ShowProgress(false);
+}
+
+void Learner::Impl::MaybeHandOff() {
+  if (!collector.CanHandOff(trainer_busy(), outcome.stopping)) return;
+  ActivityScope busy(inference, "taking a rollout for the trainer");
+  const RunSpec& spec = registry.run();
+  TrainJob job;
+  LagStats lag;
+  const std::vector<int64_t> state_shape =
+      spec.global_state && acting->policy()->has_global_state() ? spec.global_state->shape : std::vector<int64_t>{};
+  job.rollout = collector.store().Take(spec.observation.shape, stats.version, &lag, state_shape);
+  if (state_shape.empty()) {
+    job.rollout.states = torch::Tensor();  // a critic on the observation (init_from) trains without states
+    job.rollout.rows_per_state = 1;        // units of one row: minibatches need not keep an env's agents
+  }
+  stats.last_lag = lag;
+  // The schedule's progress when this rollout began (CleanRL: frac = 1 - (update - 1) / updates): the first update
+  // runs at the full learning rate and the last one at lr / updates, not at 0.
+  job.progress = std::min(1.0, static_cast<double>(handoff_env_steps) / static_cast<double>(config.total_env_steps));
+  handoff_env_steps = stats.env_steps;
+  job.version = stats.version;
+  job.checkpoint =
+      config.learner.checkpoint_every > 0 && (stats.updates + 1) % config.learner.checkpoint_every == 0;
+  job.counters =
+      TrainingCounters{stats.env_steps, stats.updates + 1, stats.version + 1, stats.window.total_episodes(), stats.Wall()};
+  if (job.checkpoint) job.state = CaptureRunState();
+  submitted_at = Clock::now();
+  trainer->Submit(std::move(job));
+  // async: keep acting with the current snapshot while the trainer works.
+  if (config.mode == "async") ReleaseParked();
+}
+
+void Learner::Impl::ReleaseParked() {
+  std::vector<Work> parked = collector.TakeParked();
+  for (auto it = parked.rbegin(); it != parked.rend(); ++it)
+    if (!batcher.PushFront(std::move(*it)).ok()) break;
+}
+
+void Learner::Impl::OnTrainerDone(const TrainResult& r) {
+  trainer->Done();
+  ++stats.updates;
+  stats.update_seconds_total += r.update_seconds;
+  stats.last_update_seconds = r.update_seconds;
+  stats.last_ppo = r.stats;
+  update_path = r.update_path;
+  graphed_updates = r.graphed_updates;
+  {
+    PhaseTimer timer(stats, Phase::kHandoff);
+    ActivityScope busy(inference, "copying the new weights into the acting policy");
+    trainer->CopyWeightsTo(*acting->policy());
+  }
+  stats.version = r.version;
+  if (r.cancelled)
+    spdlog::info("update {} cut short by the stop ({} epoch(s) begun of {})", stats.updates, r.stats.epochs,
+                 config.ppo.update_epochs);
+  {
+    PhaseTimer timer(stats, Phase::kReport);
+    ActivityScope busy(inference, "writing metrics");
+    const RunStats::Outside o = Outside();
+    metrics.Write(stats.MetricsRow(o));
+    tensorboard->AddScalars(stats.TensorBoardScalars(o), stats.env_steps, UnixNow());
+  }
+  if (r.failed) {
+    outcome.stopping = true;
+    outcome.update_failed = true;
+    outcome.stop_reason = "the PPO update failed (non-finite loss or parameters)";
+  }
+  PhaseTimer timer(stats, Phase::kHandoff);
+  // Requests held for this update (sync), or a full rollout waiting for the trainer (async).
+  if (collector.store().all_full()) {
+    MaybeHandOff();
+  } else if (config.mode == "sync") {
+    ReleaseParked();
+  }
+}
+
+void Learner::Impl::UpdateReadyHint() {
+  // Every group not parked may be waiting in the queue: once all of them are, nobody else can arrive, so the
+  // batch goes at once.
+  const int active = registry.total_groups() - static_cast<int>(collector.parked());
+  batcher.SetReadyItems(static_cast<std::size_t>(std::max(active, 1)));
+}
+
+}  // namespace farm
