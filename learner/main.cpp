@@ -1,6 +1,7 @@
 // farm-learner: central batched inference and PPO training for a run.
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <mutex>
 #include <csignal>
 #include <filesystem>
 #include <fmt/format.h>
@@ -65,23 +66,33 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<farm::Learner> learner;
-  std::atomic<farm::Learner*> running{nullptr};  // read by the watcher thread
-  std::atomic<bool> early_stop{false};           // a signal before the learner existed
+  // The watcher thread and this one meet here: a signal before the learner exists is kept and delivered once it
+  // does (the mutex makes "not yet running" and "remember the signal" one step, so none is lost in between).
+  std::mutex signal_mu;
+  farm::Learner* running = nullptr;  // GUARDED_BY(signal_mu)
+  int early_stop = 0;                // GUARDED_BY(signal_mu): a signal before the learner existed
+  const auto reason = [](int sig) {
+    return std::string(sig == SIGINT    ? "interrupted (SIGINT)"
+                       : sig == SIGHUP ? "hung up (SIGHUP: the terminal or session closed)"
+                                       : "terminated (SIGTERM)");
+  };
   farm::SignalWatcher watcher([&](int sig) {
-    if (auto* l = running.load()) {
-      l->RequestStop(sig == SIGINT    ? "interrupted (SIGINT)"
-                     : sig == SIGHUP ? "hung up (SIGHUP: the terminal or session closed)"
-                                     : "terminated (SIGTERM)");
-    } else {
-      early_stop.store(true);
+    std::lock_guard<std::mutex> lock(signal_mu);
+    if (running) {
+      running->RequestStop(reason(sig));
+    } else if (early_stop == 0) {
+      early_stop = sig;
     }
   });
   if (auto s = farm::Learner::Create(config, &learner); !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());
     return 2;
   }
-  running.store(learner.get());
-  if (early_stop.load()) learner->RequestStop("interrupted during start-up");
+  {
+    std::lock_guard<std::mutex> lock(signal_mu);
+    running = learner.get();
+    if (early_stop != 0) learner->RequestStop(reason(early_stop) + " during start-up");
+  }
   if (!endpoint_file.empty()) {
     if (auto s = farm::WriteFileAtomic(endpoint_file, learner->endpoint() + "\n"); !s.ok()) {
       fmt::print(stderr, "farm-learner: {}\n", s.message());
@@ -90,7 +101,10 @@ int main(int argc, char** argv) {
   }
   nlohmann::json summary;
   const farm::Status run_status = learner->Run(&summary);
-  running.store(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(signal_mu);
+    running = nullptr;
+  }
   if (auto s = run_status; !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.ToString());
     return 1;

@@ -55,12 +55,17 @@ PY
 # 2. A long update.
 start long 8 ppo.update_epochs=400
 rollout=$((8 * 8 * 64))  # workers x envs x T: the first update starts when this many env steps are in
-wait_until 120 python3 - "$tmp/long.log" "$rollout" <<'PY' || { tail -20 "$tmp/long.log"; fail "long: the first update did not start within 120 s"; }
+# update_started: a status line shows at least a rollout of env steps and the trainer busy. (A function, not a
+# here-document: wait_until runs its command again and again, and a here-document is read only once.)
+update_started() {
+  python3 -c '
 import re, sys
 need = int(sys.argv[2])
 steps = [int(m.group(1)) for m in re.finditer(r"\] steps\s+([0-9]+) \|.*trainer busy ([1-9][0-9]*)%", open(sys.argv[1]).read())]
 sys.exit(0 if steps and steps[-1] >= need else 1)
-PY
+' "$tmp/long.log" "$rollout"
+}
+wait_until 120 update_started || { tail -20 "$tmp/long.log"; fail "long: the first update did not start within 120 s"; }
 sleep 2  # well inside the update: 400 epochs take minutes here
 stop_in_time long
 python3 - "$tmp/long" "$tmp/long.log" <<'PY'
