@@ -44,26 +44,31 @@ import json, os, re, sys
 run, before, tmp = sys.argv[1], sys.argv[2].strip(), sys.argv[3]
 s = json.load(open(os.path.join(run, "summary.json")))
 print("summary:", json.dumps(s))
-resumed_updates = int(before.split("-")[1].split(".")[0])
+# The checkpoint the restart resumed from: usually the one `latest` named at the kill, but a kill between a
+# checkpoint's rename and the update of `latest` leaves a newer complete checkpoint, which --resume takes (it
+# picks the newest valid file, not the pointer).
+log = open(os.path.join(tmp, "learner2.log")).read()
+m = re.search(r"resumed \S*ckpt-(\d+)\.pt: (\d+) env steps, (\d+) updates, policy version \d+, (\d+) episodes "
+              r"\(window of (\d+), mean return ([-\d.]+)\)", log)
+assert m, log[-2000:]
+resumed_updates = int(m.group(1))
+assert int(m.group(3)) == resumed_updates, (m.group(0), resumed_updates)
+assert resumed_updates >= int(before.split("-")[1].split(".")[0]), (resumed_updates, before)
+episodes, window = int(m.group(4)), int(m.group(5))
 assert s["env_steps"] >= 40000, s["env_steps"]
 assert s["updates"] > resumed_updates, (s["updates"], resumed_updates)
 assert s["workers_active"] == 2, s  # abandoned handshakes may show as lost workers
 rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
 updates = [r["update"] for r in rows]
 # The rows after the restart continue the update count from the checkpoint. The killed learner may have
-# written rows past its last checkpoint (repeated after the restart) or none (killed just after it), so the
-# restart is the last row of update resumed_updates + 1.
+# written rows past its last checkpoint (repeated after the restart), or none, or not even the checkpoint's own
+# row (a checkpoint is written before its row), so the restart is the last row of update resumed_updates + 1.
 restart = max(i for i, r in enumerate(rows) if r["update"] == resumed_updates + 1)
-assert rows[restart - 1]["update"] >= resumed_updates, (rows[restart - 1]["update"], resumed_updates)
+assert rows[restart - 1]["update"] >= resumed_updates - 1, (rows[restart - 1]["update"], resumed_updates)
 assert updates[restart:] == list(range(resumed_updates + 1, s["updates"] + 1)), updates[restart:]
 assert rows[restart]["env_steps"] > rows[0]["env_steps"]
 # The episode window and counters continue: the restored count is at least the count the run had when it
 # handed off update `resumed_updates` (the row of the update before), and the window is not empty.
-log = open(os.path.join(tmp, "learner2.log")).read()
-m = re.search(r"resumed \S+: (\d+) env steps, (\d+) updates, policy version \d+, (\d+) episodes "
-              r"\(window of (\d+), mean return ([-\d.]+)\)", log)
-assert m, log[-2000:]
-episodes, window = int(m.group(3)), int(m.group(4))
 before_row = next(r for r in rows[:restart] if r["update"] == resumed_updates - 1)
 assert episodes >= before_row["episodes"] > 0, (episodes, before_row["episodes"])
 assert 0 < window <= 100 and window == min(100, episodes), (window, episodes)
