@@ -80,7 +80,7 @@ expect_refused closing-plain "closed the connection during the ZeroMQ handshake 
 expect_refused closing-curve "closed the connection during the CURVE handshake 3 times in a row" "${common[@]}" \
   --set "transport.curve_worker_secret_key_file=$keys/worker-a.key" --index 11
 rc=0
-FARM_PYTHON_PATH="$build_dir/python" timeout 20 "$(farm_python)" "$root/worker/python/farm_worker.py" --learner "$closing" \
+FARM_PYTHON_PATH="$build_dir/python" PYTHONPATH="$root/worker/python" timeout 20 "$(farm_python)" -m farm_worker --learner "$closing" \
   --env-module "$root/tests/python/cue_env.py:make" --index 12 --give-up-s 20 > "$tmp/closing-py.log" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && grep -qF "closed the connection during the ZeroMQ handshake 3 times in a row: it requires CURVE" \
   "$tmp/closing-py.log" || { cat "$tmp/closing-py.log"; fail "closing-py: expected status 1 and the closed-handshake message"; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end with the Python worker: one farm-learner and two Python worker processes
-# (worker/python/farm_worker.py) on tests/python/cue_env.py, a 10-step contextual bandit
+# (worker/python/farm_worker, python -m farm_worker) on tests/python/cue_env.py, a 10-step contextual bandit
 # (max return 10, random policy 5). The learner learns the spaces from the handshake, so
 # the config's env.name does not matter. Passes when the run is solved (mean return of the
 # last 100 episodes >= 9.5) with both workers and no protocol error, a continuous-action run
@@ -135,9 +135,16 @@ for bad in (0, 65):
     except fw.WorkerError as e:
         assert "frame_stack" in str(e) and str(bad) in str(e), e
 w = fw.PythonWorker([Counter] * 4, "tcp://127.0.0.1:1", num_groups=2, frame_stack=k,
-                    normalization=fw.NormalizerOptions(obs=True), rollout_length=8)
+                    normalization=fw.NormalizerOptions(obs=True), rollout_length=8, use_numpy=False)
 assert all(isinstance(g, fw.FrameStack) for g in w.groups) and w.groups[0].observation_space.shape == (12,)
 assert w.normalizer.obs_numel == 12 and w.normalizer.own_obs.dim == 12
+w.close()
+from farm_worker.groups import FrameStackGroup
+from farm_worker.numpy_normalizer import NumpyNormalizer
+w = fw.PythonWorker([Counter] * 4, "tcp://127.0.0.1:1", num_groups=2, frame_stack=k,
+                    normalization=fw.NormalizerOptions(obs=True), rollout_length=8)
+assert all(isinstance(g, FrameStackGroup) for g in w.groups) and w.groups[0].observation_space.shape == (12,)
+assert isinstance(w.normalizer, NumpyNormalizer) and w.normalizer.own_obs.dim == 12
 w.close()
 print("FrameStack ok")
 PY
@@ -234,6 +241,10 @@ assert h.normalization.normalize_obs and h.normalization.reward_clip == 10.0 and
 print("Normalizer ok")
 PY
 
+# The numpy path (the default when numpy is there) without a learner: the same numbers as the pure path for
+# single-agent envs, multi-agent envs (array style, PettingZoo Parallel) with global states, vectorised envs.
+"$py" "$root/tests/python/numpy_path_test.py" "$root"
+
 # start_learner RUN_DIR KEY=VALUE...: the learner in the background; sets learner_pid and endpoint.
 start_learner() {
   local dir="$1" sets=() kv
@@ -254,23 +265,26 @@ start_learner() {
 }
 # start_worker INDEX FACTORY [ARGS...]: a Python worker with 8 envs in 2 groups.
 start_worker() {
-  FARM_PYTHON_PATH="$proto_dir" "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+  PYTHONPATH="$root/worker/python" "$py" -m farm_worker --learner "$endpoint" \
     --env-module "$root/tests/python/cue_env.py:$2" --num-envs 8 --groups 2 --seed 7 --index "$1" \
     --give-up-s 60 --stats-file "$tmp/worker-$1.json" "${@:3}" &
   worker_pids+=($!)
 }
 # wait_all: the learner, then every worker; each must exit 0 (workers end on the learner's Stop).
+# The workers first: they end on the learner's Stop, and a worker that fails (an env that raises) fails the test
+# at once instead of leaving the learner waiting for it.
 wait_all() {
   local rc=0 i
-  wait "$learner_pid" || rc=$?
-  learner_pid=""
-  [ "$rc" -eq 0 ] || { echo "FAIL: the learner exited with status $rc" >&2; exit 1; }
   for i in "${!worker_pids[@]}"; do
     rc=0
     wait "${worker_pids[$i]}" || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: Python worker $i exited with status $rc" >&2; exit 1; }
   done
   worker_pids=()
+  rc=0
+  wait "$learner_pid" || rc=$?
+  learner_pid=""
+  [ "$rc" -eq 0 ] || { echo "FAIL: the learner exited with status $rc" >&2; exit 1; }
 }
 
 # 1. Discrete actions: two Python workers must solve the cue task. The learner waits for both
@@ -342,7 +356,7 @@ keys="$tmp/keys"
 # A learner endpoint ZeroMQ cannot connect to is refused at once, naming it (exit 2), as farm-worker does.
 for bad in tcp://127.0.0.1:99999 tcp://127.0.0.1 foo://x; do
   rc=0
-  FARM_PYTHON_PATH="$proto_dir" timeout 30 "$py" "$root/worker/python/farm_worker.py" --learner "$bad" \
+  PYTHONPATH="$root/worker/python" timeout 30 "$py" -m farm_worker --learner "$bad" \
     --env-module "$root/tests/python/cue_env.py:make" > "$tmp/bad-endpoint.log" 2>&1 || rc=$?
   if [ "$rc" -ne 2 ] || ! grep -qF "got '$bad'" "$tmp/bad-endpoint.log"; then
     cat "$tmp/bad-endpoint.log"; echo "FAIL: --learner $bad: expected status 2 and a message naming it" >&2; exit 1
@@ -354,7 +368,7 @@ rm -f "$tmp"/worker-*.json
 start_learner "$tmp/run_curve" total_env_steps=2000 stop_at_target=false transport.curve=true \
   "transport.curve_learner_secret_key_file=$keys/learner.key" "transport.curve_authorized_keys=$keys/py-worker.pub"
 rc=0
-FARM_PYTHON_PATH="$proto_dir" timeout 30 "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+PYTHONPATH="$root/worker/python" timeout 30 "$py" -m farm_worker --learner "$endpoint" \
   --env-module "$root/tests/python/cue_env.py:make" --index 5 --give-up-s 20 > "$tmp/plain.log" 2>&1 || rc=$?
 if [ "$rc" -ne 1 ] || ! grep -q "requires CURVE" "$tmp/plain.log"; then
   cat "$tmp/plain.log"; echo "FAIL: a Python worker without CURVE keys: expected status 1 and 'requires CURVE'" >&2; exit 1
@@ -387,7 +401,7 @@ norm_args=(--normalize-obs --normalize-reward --gamma 0.98 --rollout-length 32)
 rm -f "$tmp"/worker-*.json
 start_learner "$tmp/run_norm" "${norm_sets[@]}"
 rc=0
-FARM_PYTHON_PATH="$proto_dir" timeout 30 "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+PYTHONPATH="$root/worker/python" timeout 30 "$py" -m farm_worker --learner "$endpoint" \
   --env-module "$root/tests/python/cue_env.py:make_scaled" --index 5 --give-up-s 20 > "$tmp/plain.log" 2>&1 || rc=$?
 if [ "$rc" -ne 1 ] || ! grep -q "env.normalize_obs false (learner: true)" "$tmp/plain.log"; then
   cat "$tmp/plain.log"
@@ -439,7 +453,7 @@ pb = fw.load_proto()
 v = fw.VectorEnv([cue_env.make_multi() for _ in range(2)])
 assert v.action_space == fw.MultiDiscrete([2, 3], [0, -1]) and v.action_numel == 2, v.action_space
 w = pb.Space()
-fw._space_to_wire(v.action_space, w)
+fw.space_to_wire(v.action_space, w)
 assert w.kind == pb.Space.MULTI_DISCRETE and list(w.nvec) == [2, 3] and list(w.shape) == [2] and w.dtype == pb.INT64
 v.reset(seed=3)
 _, r, _, _, _ = v.step([1, 2, 0, 0])  # wire actions [1, 2] -> env action [1, 1]; [0, 0] -> [0, -1]

@@ -126,7 +126,7 @@ start_learner learner-py-1.log --config "$root/configs/cartpole.yaml" "${common[
   --set total_env_steps=60000 --set "transport.bind=$endpoint" --set "run_dir=$run"
 workers=()
 for i in 0 1; do
-  FARM_PYTHON_PATH="$build_dir/python" "$py" "$root/worker/python/farm_worker.py" --learner "$endpoint" \
+  FARM_PYTHON_PATH="$build_dir/python" PYTHONPATH="$root/worker/python" "$py" -m farm_worker --learner "$endpoint" \
     --env-module "$root/tests/python/cue_env.py:make" --num-envs 8 --groups 2 --seed 3 --index "$i" \
     --give-up-s 60 --stats-file "$tmp/py-$i.json" > "$tmp/py-$i.log" 2>&1 &
   workers+=($!)

@@ -98,6 +98,8 @@ class MultiCueEnv(CueEnv):
         return obs
 
     def step(self, action):
+        if hasattr(action, "tolist"):  # a numpy array, as the worker's numpy path passes (Gymnasium envs take both)
+            action = action.tolist()
         if (not isinstance(action, list) or len(action) != 2 or not all(isinstance(a, int) for a in action)
                 or action[0] not in (0, 1) or action[1] not in (-1, 0, 1)):
             raise ValueError(f"MultiCueEnv: expected [0..1, -1..1] as two ints, got {action!r}")

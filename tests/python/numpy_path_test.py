@@ -1,0 +1,277 @@
+"""The Python worker's numpy path without a learner (run by tests/python_worker_test.sh):
+
+1. single-agent Gymnasium-style envs give the same numbers through the numpy groups as through the pure-Python
+   VectorEnv (observations, rewards, flags, final observations, episodes), frame-stacked too;
+2. the numpy normaliser agrees with the pure one on the same stream (statistics to 1e-12, transforms to 1e-6);
+3. multi-agent envs in the array style: rows env-major, one state per env, team and per-agent rewards, whole
+   truncated envs with their final observations and states, episode returns as the mean over agents;
+4. PettingZoo Parallel envs (duck-typed): agents in possible_agents order, an agent that finishes early keeps its
+   last observation, gets reward 0 and no action, the env ends when all have;
+5. vectorised envs: one step call per group, final observations from infos, autoreset modes other than same-step
+   refused by name; every error names what was expected.
+Usage: python3 numpy_path_test.py REPO_ROOT
+"""
+import random
+import sys
+
+root = sys.argv[1]
+sys.path[:0] = [root + "/worker/python", root + "/tests/python"]
+
+import numpy as np  # noqa: E402
+
+import farm_worker as fw  # noqa: E402
+from farm_worker.groups import ArrayGroup, BatchedGroup, FrameStackGroup, GymGroup, ParallelEnvAdapter  # noqa: E402
+from farm_worker.numpy_normalizer import NumpyNormalizer  # noqa: E402
+
+
+def expect_error(fn, *words):
+    try:
+        fn()
+    except fw.WorkerError as e:
+        for w in words:
+            assert w in str(e), (w, str(e))
+        return
+    raise AssertionError(f"no WorkerError (expected one naming {words})")
+
+
+# 1. Parity with the pure path.
+class Counter:  # observation [t, episode, -t, noise]; action 1 terminates; truncated after 5 steps; reward t
+    observation_space = fw.Box([-10.0, 0.0, -5.0, -1.0], [10.0, 1e6, 5.0, 1.0], (4,))
+    action_space = fw.Discrete(2)
+
+    def __init__(self):
+        self.t, self.ep, self.rng = 0, 0, random.Random(0)
+
+    def _obs(self):
+        return [float(self.t), float(self.ep), float(-self.t), self.rng.uniform(-1, 1)]
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self.rng = random.Random(seed)
+        self.t = 0
+        self.ep += 1
+        return self._obs(), {}
+
+    def step(self, a):
+        self.t += 1
+        return self._obs(), 0.5 * self.t, a == 1, self.t >= 5, {}
+
+
+for k in (1, 3):
+    n = 6
+    pure = fw.VectorEnv([Counter() for _ in range(n)])
+    fast = GymGroup([Counter() for _ in range(n)])
+    if k > 1:
+        pure, fast = fw.FrameStack(pure, k), FrameStackGroup(fast, k)
+    pobs, _ = pure.reset(seed=[11 + i for i in range(n)])
+    fobs, _ = fast.reset(seed=[11 + i for i in range(n)])
+    assert fobs.dtype == np.float32 and fobs.shape == (n, 4 * k)
+    assert fobs.tobytes() == pobs.tobytes()
+    rng = random.Random(5)
+    ends = 0
+    for t in range(60):
+        acts = [1 if rng.random() < 0.15 else 0 for _ in range(n)]
+        pobs, pr, pterm, ptrunc, pinfo = pure.step(acts)
+        fobs, fr, fterm, ftrunc, finfo = fast.step(np.asarray(acts, np.int64))
+        assert fobs.tobytes() == pobs.tobytes(), (k, t)
+        assert fr.tobytes() == pr.tobytes() and bytes(fterm) == bytes(pterm) and bytes(ftrunc) == bytes(ptrunc)
+        assert finfo["final_obs_index"] == pinfo["final_obs_index"]
+        assert finfo["final_obs"].tobytes() == pinfo["final_obs"].tobytes(), (k, t)
+        assert finfo["episodes"] == pinfo["episodes"], (finfo["episodes"], pinfo["episodes"])
+        ends += len(finfo["episodes"])
+    assert ends > 10
+print("numpy groups = pure VectorEnv (frame stack 1 and 3)")
+
+# 2. The numpy normaliser against the pure one, on the same stream of observations and rewards.
+opts = fw.NormalizerOptions(obs=True, reward=True, gamma=0.9, obs_clip=3.0, reward_clip=4.0)
+pure_env, fast_env = fw.VectorEnv([Counter() for _ in range(4)]), GymGroup([Counter() for _ in range(4)])
+pn, nn = fw.Normalizer(opts, 4), NumpyNormalizer(opts, 4)
+pn.add_group(4)
+nn.add_group(4, 1)
+pure_env.reset(seed=[1, 2, 3, 4])
+fast_env.reset(seed=[1, 2, 3, 4])
+pn.on_reset(0, pure_env)
+nn.on_reset(0, fast_env)
+rng = random.Random(9)
+for t in range(50):
+    acts = [1 if rng.random() < 0.1 else 0 for _ in range(4)]
+    _, _, _, _, pinfo = pure_env.step(acts)
+    _, _, _, _, finfo = fast_env.step(np.asarray(acts, np.int64))
+    pn.on_step(0, pure_env, pinfo["final_obs"])
+    nn.on_step(0, fast_env, finfo["final_obs"])
+    assert np.allclose(np.frombuffer(pn.obs(0).tobytes(), np.float32), nn.obs(0).reshape(-1), atol=1e-6), t
+    assert np.allclose(np.frombuffer(pn.reward(0).tobytes(), np.float32), nn.reward(0), rtol=1e-6, atol=1e-7), t
+    assert np.allclose(np.frombuffer(pn.final_obs(0).tobytes(), np.float32), nn.final_obs(0).reshape(-1), atol=1e-6)
+    if t == 20:  # deltas agree too
+        pd, nd = fw.load_proto().NormalizerStats(), fw.load_proto().NormalizerStats()
+        pn.take_delta(pd)
+        nn.take_delta(nd)
+        assert pd.obs.count == nd.obs.count and pd.ret.count == nd.ret.count
+        assert np.allclose(pd.obs.mean, nd.obs.mean, rtol=1e-12) and np.allclose(pd.obs.m2, nd.obs.m2, rtol=1e-12)
+        assert np.allclose(pd.ret.m2, nd.ret.m2, rtol=1e-12)
+po, no = pn.obs_view, nn.obs_view
+assert po.count == no.count and np.allclose(po.mean, no.mean, rtol=1e-12) and np.allclose(po.m2, no.m2, rtol=1e-12)
+assert pn.ret_view.count == nn.ret_view.count and np.allclose(pn.ret_view.m2, nn.ret_view.m2, rtol=1e-12)
+print("numpy normaliser = pure normaliser (counts equal, moments to 1e-12, outputs to 1e-6)")
+
+
+# 3. Multi-agent, array style.
+class Team:
+    """3 agents; obs [agent, t, env id]; state [t, 10 * t]; team reward 1 (or per agent [0, 1, 2] with per_agent);
+    truncated after 4 steps, terminated when every agent picks action 1."""
+    num_agents = 3
+    observation_space = fw.Box(-100.0, 100.0, (3,))
+    action_space = fw.Discrete(2)
+    state_space = fw.Box(-100.0, 100.0, (2,))
+    made = 0
+
+    def __init__(self, per_agent=False):
+        self.id, self.per_agent, self.t = Team.made, per_agent, 0
+        Team.made += 1
+
+    def _out(self):
+        return ([[a, self.t, self.id] for a in range(3)], [self.t, 10 * self.t])
+
+    def reset(self, seed=None):
+        self.t = 0
+        return self._out()
+
+    def step(self, actions):
+        assert actions.shape == (3,) and actions.dtype == np.int64, actions
+        self.t += 1
+        obs, state = self._out()
+        reward = [0.0, 1.0, 2.0] if self.per_agent else 1.0
+        return obs, state, reward, bool((actions == 1).all()), self.t >= 4, {}
+
+
+g = ArrayGroup([Team(), Team(per_agent=True)])
+assert (g.num_envs, g.num_agents, g.rows) == (2, 3, 6) and g.state.shape == (2, 2)
+obs, _ = g.reset()
+assert obs.shape == (6, 3) and obs[:, 0].tolist() == [0, 1, 2, 0, 1, 2] and obs[:, 2].tolist() == [0, 0, 0, 1, 1, 1]
+for t in range(1, 4):
+    obs, r, term, trunc, info = g.step(np.array([0, 0, 0, 1, 1, 0], np.int64))
+    assert r.tolist() == [1, 1, 1, 0, 1, 2] and not term.any() and not trunc.any() and not info["final_obs_index"]
+    assert g.state.tolist() == [[t, 10 * t]] * 2
+obs, r, term, trunc, info = g.step(np.array([1, 1, 1, 0, 0, 0], np.int64))
+assert term.tolist() == [1, 1, 1, 0, 0, 0] and trunc.tolist() == [0, 0, 0, 1, 1, 1], (term, trunc)
+assert info["final_obs_index"] == [3, 4, 5] and info["final_obs"][:, 1].tolist() == [4, 4, 4]
+assert info["final_state"].tolist() == [[4, 40]] and g.state.tolist() == [[0, 0], [0, 0]]  # both reset
+assert info["episodes"] == [(4.0, 4), (4.0, 4)], info["episodes"]  # team 4 x 1; mean over agents 4 x 1
+assert obs[:, 1].tolist() == [0] * 6
+
+
+class BadState(Team):
+    def step(self, actions):
+        obs, state, reward, term, trunc, info = super().step(actions)
+        return obs, None, reward, term, trunc, info
+
+
+bad = ArrayGroup([BadState()])
+bad.reset()
+expect_error(lambda: bad.step(np.zeros(3, np.int64)), "state_space", "no state")
+
+
+class WrongObs(Team):
+    def reset(self, seed=None):
+        return [[0.0, 0.0]] * 3, [0, 0]
+
+
+expect_error(lambda: ArrayGroup([WrongObs()]).reset(), "env 0", "expected 9 values", "[3, 2]")
+print("array-style multi-agent groups ok")
+
+
+# 4. PettingZoo Parallel API, duck-typed.
+class Zoo:
+    """Agents a0..a2; a1 terminates after step 2; everyone truncated after step 5; state = [t]."""
+    metadata = {"name": "zoo_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["a0", "a1", "a2"]
+        self.state_space = fw.Box(0.0, 10.0, (1,))
+        self.seen = []
+
+    def observation_space(self, agent):
+        return fw.Box(-10.0, 10.0, (2,))
+
+    def action_space(self, agent):
+        return fw.Discrete(3)
+
+    def state(self):
+        return np.array([self.t], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: [i, 0] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.seen.append(dict(actions))
+        self.t += 1
+        obs = {a: [i, self.t] for i, a in enumerate(self.possible_agents) if a in self.agents}
+        rew = {a: 1.0 for a in self.agents}
+        term = {a: a == "a1" and self.t == 2 for a in self.agents}
+        trunc = {a: self.t >= 5 for a in self.agents}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, {a: {} for a in obs}
+
+
+z = Zoo()
+g = ArrayGroup([z])
+assert isinstance(g.envs[0], ParallelEnvAdapter) and g.num_agents == 3 and g.state_space.shape == (1,)
+g.reset()
+for t in range(1, 6):
+    obs, r, term, trunc, info = g.step(np.array([2, 1, 0], np.int64))
+    if t < 5:
+        assert not trunc.any() and not term.any()
+        assert obs[1].tolist() == [1, min(t, 2)], (t, obs)  # a1 keeps its last observation after it finished
+        assert r.tolist() == ([1, 1, 1] if t <= 2 else [1, 0, 1]), (t, r)
+assert trunc.tolist() == [1, 1, 1] and info["final_obs_index"] == [0, 1, 2] and info["final_state"].tolist() == [[5]]
+assert info["final_obs"][:, 1].tolist() == [5, 2, 5]
+assert z.seen[0] == {"a0": 2, "a1": 1, "a2": 0} and z.seen[2] == {"a0": 2, "a2": 0}, z.seen
+assert g.state.tolist() == [[0]]  # reset in the same step
+w = fw.PythonWorker([Zoo] * 4, "tcp://127.0.0.1:1", num_groups=2)
+assert w.num_agents == 3 and w.state_space.shape == (1,) and w.env_name == "zoo_v0" and w.num_envs == 4
+w.close()
+print("PettingZoo Parallel envs ok")
+
+
+# 5. Vectorised envs.
+class Batched:
+    """num_envs counters; env i truncates after 3 + i steps; same-step autoreset with infos['final_obs']."""
+
+    def __init__(self, n=3, mode="SAME_STEP", key="final_obs"):
+        self.num_envs, self.key = n, key
+        self.metadata = {"autoreset_mode": mode} if mode else {}
+        self.single_observation_space = fw.Box(-1e3, 1e3, (2,))
+        self.single_action_space = fw.Box(-1.0, 1.0, (1,))
+        self.calls = 0
+
+    def reset(self, seed=None):
+        self.t = np.zeros(self.num_envs)
+        return np.stack([self.t, np.arange(self.num_envs)], 1), {}
+
+    def step(self, actions):
+        assert actions.shape == (self.num_envs, 1) and actions.dtype == np.float32
+        self.calls += 1
+        self.t += 1
+        trunc = self.t >= 3 + np.arange(self.num_envs)
+        final = np.stack([self.t, np.arange(self.num_envs)], 1)
+        self.t[trunc] = 0
+        obs = np.stack([self.t, np.arange(self.num_envs)], 1)
+        infos = {self.key: np.where(trunc[:, None], final, 0), "_" + self.key: trunc} if trunc.any() else {}
+        return obs, actions[:, 0] * 2, np.zeros(self.num_envs, bool), trunc, infos
+
+
+for key in ("final_obs", "final_observation"):
+    b = BatchedGroup(Batched(key=key))
+    b.reset()
+    for t in range(3):
+        obs, r, term, trunc, info = b.step(np.full((3, 1), 0.25, np.float32))
+    assert b.venv.calls == 3 and r.tolist() == [0.5] * 3
+    assert info["final_obs_index"] == [0] and info["final_obs"].tolist() == [[3, 0]] and obs[0].tolist() == [0, 0]
+    assert info["episodes"] == [(1.5, 3)]
+expect_error(lambda: BatchedGroup(Batched(mode="NEXT_STEP")), "NEXT_STEP", "SAME_STEP")
+w = fw.PythonWorker([Batched] * 8, "tcp://127.0.0.1:1", num_groups=2)
+assert w.num_envs == 6 and all(isinstance(g, BatchedGroup) for g in w.groups)
+w.close()
+expect_error(lambda: fw.PythonWorker([Team] * 2, "tcp://127.0.0.1:1", num_groups=1, use_numpy=False), "numpy")
+print("vectorised envs ok")

@@ -1,0 +1,444 @@
+"""The numpy path: a group of envs stepped together into preallocated numpy buffers, whatever the env's style.
+
+A group is what one StepRequest carries: E envs of A agents each, R = E * A rows, env-major (agent a of env e is
+row e * A + a), as worker/env_group.h lays them out. After reset() and step() it holds
+
+    obs         float32 [R, *observation_space.shape]  what the policy acts on (a finished env's new first obs)
+    state       float32 [E, *state_space.shape]        the global state per env (None without one)
+    reward      float32 [R]                            the step's reward per row (the team's, or each agent's)
+    terminated  uint8   [R], truncated uint8 [R]       per row, equal for every row of an env
+
+and step() returns info with "final_obs_index" (the rows of the envs the time limit truncated, ascending, whole
+envs), "final_obs" (float32 [len(index), ...]), "final_state" (float32 [len(index) / A, ...]) and "episodes"
+([(return, length)] per ended episode; a multi-agent return is the mean over agents of their summed rewards).
+
+Env styles (docs/ENVIRONMENTS.md, "Python environments"):
+  * Gymnasium single-agent envs, one per factory call (GymGroup);
+  * multi-agent envs in the array style (ArrayGroup): attributes num_agents, observation_space and action_space
+    (per agent), state_space (optional); reset(seed=None) -> (obs [A, ...], state); step(actions [A]) ->
+    (obs [A, ...], state, reward (a number for the team or [A]), terminated, truncated, info);
+  * PettingZoo Parallel envs, duck-typed (ParallelEnvAdapter turns one into the array style);
+  * vectorised envs with num_envs and batched reset/step with same-step auto-reset (BatchedGroup), stepped with
+    one call per group.
+
+Threading: a group belongs to the worker's one thread.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import WorkerError
+from .spaces import Box, Discrete, MultiDiscrete, as_space
+from .vector import MAX_FRAME_STACK, env_style
+
+
+
+
+def _space_of(env, name: str, agent=None):
+    """env.<name> as a Space: an attribute, or PettingZoo's method taking an agent."""
+    attr = getattr(env, name, None)
+    if callable(attr) and not hasattr(attr, "shape") and not hasattr(attr, "n") and not hasattr(attr, "nvec"):
+        attr = attr(agent)
+    return as_space(attr)
+
+
+def _box_or_none(space, what: str) -> Optional[Box]:
+    if space is None:
+        return None
+    s = as_space(space)
+    if not isinstance(s, Box):
+        raise WorkerError(f"{what} must be a box, got {s!r}")
+    return s
+
+
+class _Group:
+    """Buffers and episode bookkeeping shared by every style."""
+
+    def __init__(self, num_envs: int, num_agents: int, observation_space, action_space, state_space):
+        if not isinstance(observation_space, Box):
+            raise WorkerError(f"observation space must be a box, got {observation_space!r}")
+        if num_agents < 1:
+            raise WorkerError(f"num_agents must be >= 1, got {num_agents}")
+        self.num_envs = int(num_envs)
+        self.num_agents = int(num_agents)
+        self.rows = self.num_envs * self.num_agents
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.state_space = state_space
+        self.discrete = isinstance(action_space, Discrete)
+        self.multi_discrete = isinstance(action_space, MultiDiscrete)
+        self.action_numel = 1 if self.discrete else action_space.numel
+        self.obs_numel = observation_space.numel
+        self.obs = np.zeros((self.rows,) + observation_space.shape, np.float32)
+        self.state = None if state_space is None else np.zeros((self.num_envs,) + state_space.shape, np.float32)
+        self.reward = np.zeros(self.rows, np.float32)
+        self.terminated = np.zeros(self.rows, np.uint8)
+        self.truncated = np.zeros(self.rows, np.uint8)
+        self._ep_return = np.zeros(self.num_envs, np.float64)
+        self._ep_length = np.zeros(self.num_envs, np.int64)
+        self._env_reward = np.zeros(self.num_envs, np.float64)
+
+    # Actions as the env takes them, from the decoded reply (int64 [R] / [R, K] with start added, or float32
+    # [R, *shape]).
+    def _actions(self, actions: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return actions + self.action_space.start if self.action_space.start else actions
+        if self.multi_discrete:
+            start = np.asarray(self.action_space.start, np.int64)
+            return actions + start if start.any() else actions
+        return actions.reshape((self.rows,) + tuple(self.action_space.shape))
+
+    def _put(self, dst: np.ndarray, value, what: str) -> None:
+        try:
+            dst[...] = np.asarray(value, dtype=np.float32).reshape(dst.shape)
+        except ValueError:
+            got = np.shape(value)
+            raise WorkerError(f"{what}: expected {dst.size} values (shape {list(dst.shape)}), got shape {list(got)}") \
+                from None
+
+    def _finish(self, ended: np.ndarray, truncated_envs: np.ndarray) -> List[Tuple[float, int]]:
+        """Per-env bookkeeping after a step: _env_reward holds each env's (mean-over-agents) reward."""
+        self._ep_return += self._env_reward
+        self._ep_length += 1
+        episodes = [(float(self._ep_return[e]), int(self._ep_length[e])) for e in np.flatnonzero(ended)]
+        self._ep_return[ended] = 0.0
+        self._ep_length[ended] = 0
+        return episodes
+
+    def _reset_bookkeeping(self) -> None:
+        self.reward[:] = 0
+        self.terminated[:] = 0
+        self.truncated[:] = 0
+        self._ep_return[:] = 0
+        self._ep_length[:] = 0
+
+    def final_rows(self, truncated_envs: np.ndarray) -> List[int]:
+        a = self.num_agents
+        return [int(e) * a + k for e in truncated_envs for k in range(a)]
+
+    def close(self) -> None:
+        for env in getattr(self, "envs", []):
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+
+
+class GymGroup(_Group):
+    """Single-agent Gymnasium-style envs: reset(seed=None) -> (obs, info), step(action) -> (obs, reward,
+    terminated, truncated, info); a finished env is reset in the same step."""
+
+    def __init__(self, envs: Sequence[Any]):
+        self.envs = list(envs)
+        if not self.envs:
+            raise WorkerError("a group needs at least one env")
+        obs_space = as_space(getattr(self.envs[0], "observation_space", None))
+        act_space = as_space(getattr(self.envs[0], "action_space", None))
+        for i, e in enumerate(self.envs[1:], 1):
+            if (as_space(getattr(e, "observation_space", None)) != obs_space
+                    or as_space(getattr(e, "action_space", None)) != act_space):
+                raise WorkerError(f"env {i} has other spaces than env 0")
+        super().__init__(len(self.envs), 1, obs_space, act_space, None)
+
+    def reset(self, seed=None):
+        for i, env in enumerate(self.envs):
+            s = None if seed is None else (seed[i] if isinstance(seed, (list, tuple)) else seed + i)
+            obs, _ = env.reset(seed=s)
+            self._put(self.obs[i], obs, f"env {i}: reset's observation")
+        self._reset_bookkeeping()
+        return self.obs, {}
+
+    def step(self, actions: np.ndarray):
+        acts = self._actions(actions)
+        trunc_envs: List[int] = []
+        finals: List[np.ndarray] = []
+        ended = np.zeros(self.num_envs, bool)
+        for i, env in enumerate(self.envs):
+            a = acts[i]
+            a = int(a) if self.discrete else a
+            obs, reward, terminated, truncated, _ = env.step(a)
+            terminated = bool(terminated)
+            truncated = bool(truncated) and not terminated  # as Gymnasium's TimeLimit
+            self.reward[i] = reward
+            self.terminated[i] = terminated
+            self.truncated[i] = truncated
+            if terminated or truncated:
+                ended[i] = True
+                if truncated:
+                    trunc_envs.append(i)
+                    f = np.empty(self.obs.shape[1:], np.float32)
+                    self._put(f, obs, f"env {i}: step's observation")
+                    finals.append(f)
+                obs, _ = env.reset()
+            self._put(self.obs[i], obs, f"env {i}: step's observation")
+        self._env_reward[:] = self.reward
+        episodes = self._finish(ended, np.asarray(trunc_envs, np.int64))
+        final_obs = np.stack(finals) if finals else np.zeros((0,) + self.obs.shape[1:], np.float32)
+        return self.obs, self.reward, self.terminated, self.truncated, {
+            "final_obs_index": trunc_envs, "final_obs": final_obs, "final_state": None, "episodes": episodes}
+
+
+class ParallelEnvAdapter:
+    """A PettingZoo Parallel env in the array style (duck-typed: PettingZoo itself is not needed).
+
+    The agents are possible_agents, in that order, a fixed number per env. An agent that finishes before the others
+    keeps its last observation, gets reward 0 and is not passed an action until the env ends; the env ends when
+    every agent is terminated or truncated (or env.agents is empty), as truncated if any agent was truncated, else
+    as terminated. The state is env.state() with env.state_space (no state without state_space)."""
+
+    def __init__(self, env):
+        self.env = env
+        self.agents = list(env.possible_agents)
+        if not self.agents:
+            raise WorkerError("the PettingZoo env has no possible_agents")
+        self.num_agents = len(self.agents)
+        self.observation_space = _space_of(env, "observation_space", self.agents[0])
+        self.action_space = _space_of(env, "action_space", self.agents[0])
+        for a in self.agents[1:]:
+            if _space_of(env, "observation_space", a) != self.observation_space or \
+                    _space_of(env, "action_space", a) != self.action_space:
+                raise WorkerError(f"agent {a!r} has other spaces than agent {self.agents[0]!r}: the farm's agents share "
+                                  "one policy and need the same spaces")
+        self.state_space = _box_or_none(getattr(env, "state_space", None), "state_space")
+        self._last = None
+        self._done: Dict[Any, bool] = {}
+
+    def _obs(self, obs: Dict[Any, Any]):
+        for a in self.agents:
+            if a in obs:
+                self._last[self.agents.index(a)] = np.asarray(obs[a], np.float32).reshape(self.observation_space.shape)
+        return self._last
+
+    def _state(self):
+        return None if self.state_space is None else self.env.state()
+
+    def reset(self, seed=None):
+        obs, _ = self.env.reset(seed=seed)
+        self._last = np.zeros((self.num_agents,) + self.observation_space.shape, np.float32)
+        missing = [a for a in self.agents if a not in obs]
+        if missing:
+            raise WorkerError(f"the PettingZoo env's reset gave no observation for agents {missing}")
+        self._done = {a: False for a in self.agents}
+        return self._obs(obs).copy(), self._state()
+
+    def step(self, actions):
+        live = {a: (int(actions[i]) if np.ndim(actions[i]) == 0 else actions[i])
+                for i, a in enumerate(self.agents) if not self._done[a]}
+        obs, rewards, terms, truncs, infos = self.env.step(live)
+        reward = np.array([float(rewards.get(a, 0.0)) for a in self.agents], np.float32)
+        any_trunc = False
+        for a in self.agents:
+            if terms.get(a, False) or truncs.get(a, False):
+                self._done[a] = True
+            any_trunc = any_trunc or bool(truncs.get(a, False))
+        ended = all(self._done.values()) or not getattr(self.env, "agents", self.agents)
+        truncated = ended and any_trunc
+        return self._obs(obs).copy(), self._state(), reward, ended and not truncated, truncated, infos
+
+    def close(self):
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()
+
+
+class ArrayGroup(_Group):
+    """Multi-agent envs in the array style (or PettingZoo Parallel envs through ParallelEnvAdapter), one per
+    factory call; a finished env is reset in the same step."""
+
+    def __init__(self, envs: Sequence[Any]):
+        self.envs = [ParallelEnvAdapter(e) if env_style(e) == "parallel" else e for e in envs]
+        if not self.envs:
+            raise WorkerError("a group needs at least one env")
+        e0 = self.envs[0]
+        spaces = (int(e0.num_agents), as_space(e0.observation_space), as_space(e0.action_space),
+                  _box_or_none(getattr(e0, "state_space", None), "state_space"))
+        for i, e in enumerate(self.envs[1:], 1):
+            other = (int(e.num_agents), as_space(e.observation_space), as_space(e.action_space),
+                     _box_or_none(getattr(e, "state_space", None), "state_space"))
+            if other != spaces:
+                raise WorkerError(f"env {i} has other agents or spaces than env 0")
+        super().__init__(len(self.envs), *spaces)
+        self._final_state = None if self.state is None else np.zeros_like(self.state)
+
+    def _rows(self, e: int) -> slice:
+        return slice(e * self.num_agents, (e + 1) * self.num_agents)
+
+    def _put_state(self, e: int, state, what: str) -> None:
+        if self.state is not None:
+            if state is None:
+                raise WorkerError(f"{what}: the env declares state_space but returned no state")
+            self._put(self.state[e], state, what)
+
+    def reset(self, seed=None):
+        for i, env in enumerate(self.envs):
+            s = None if seed is None else (seed[i] if isinstance(seed, (list, tuple)) else seed + i)
+            obs, state = env.reset(seed=s)[:2]
+            self._put(self.obs[self._rows(i)], obs, f"env {i}: reset's observations")
+            self._put_state(i, state, f"env {i}: reset's state")
+        self._reset_bookkeeping()
+        return self.obs, {}
+
+    def step(self, actions: np.ndarray):
+        acts = self._actions(actions)
+        a = self.num_agents
+        trunc_envs: List[int] = []
+        finals: List[np.ndarray] = []
+        final_states: List[np.ndarray] = []
+        ended = np.zeros(self.num_envs, bool)
+        for i, env in enumerate(self.envs):
+            rows = self._rows(i)
+            out = env.step(acts[rows])
+            if len(out) != 6:
+                raise WorkerError(f"env {i}: step returned {len(out)} values, expected (obs, state, reward, "
+                                  "terminated, truncated, info)")
+            obs, state, reward, terminated, truncated, _ = out
+            terminated = bool(terminated)
+            truncated = bool(truncated) and not terminated
+            r = np.asarray(reward, np.float32)
+            if r.size not in (1, a):
+                raise WorkerError(f"env {i}: reward has {r.size} values, expected 1 (the team's) or {a} (per agent)")
+            self.reward[rows] = r.reshape(-1)
+            self._env_reward[i] = float(r.mean(dtype=np.float64))
+            self.terminated[rows] = terminated
+            self.truncated[rows] = truncated
+            if terminated or truncated:
+                ended[i] = True
+                if truncated:
+                    trunc_envs.append(i)
+                    f = np.empty((a,) + self.obs.shape[1:], np.float32)
+                    self._put(f, obs, f"env {i}: step's observations")
+                    finals.append(f)
+                    if self.state is not None:
+                        fs = np.empty(self.state.shape[1:], np.float32)
+                        self._put(fs, state, f"env {i}: step's state")
+                        final_states.append(fs)
+                obs, state = env.reset()[:2]
+            self._put(self.obs[rows], obs, f"env {i}: step's observations")
+            self._put_state(i, state, f"env {i}: step's state")
+        episodes = self._finish(ended, np.asarray(trunc_envs, np.int64))
+        final_obs = np.concatenate(finals) if finals else np.zeros((0,) + self.obs.shape[1:], np.float32)
+        final_state = None
+        if self.state is not None:
+            final_state = np.stack(final_states) if final_states else np.zeros((0,) + self.state.shape[1:], np.float32)
+        return self.obs, self.reward, self.terminated, self.truncated, {
+            "final_obs_index": self.final_rows(trunc_envs), "final_obs": final_obs, "final_state": final_state,
+            "episodes": episodes}
+
+
+def _autoreset_mode(venv) -> Optional[str]:
+    mode = (getattr(venv, "metadata", None) or {}).get("autoreset_mode")
+    if mode is None:
+        return None
+    return str(getattr(mode, "name", mode)).upper().replace("SAMESTEP", "SAME_STEP").replace("NEXTSTEP", "NEXT_STEP")
+
+
+class BatchedGroup(_Group):
+    """One vectorised single-agent env (Gymnasium's VectorEnv or alike): num_envs, reset(seed=[...]) -> (obs [N, ...],
+    infos), step(actions [N]) -> (obs, rewards [N], terminations [N], truncations [N], infos), stepped with one call.
+    Finished envs must be reset within the same step (Gymnasium's AutoresetMode.SAME_STEP, metadata["autoreset_mode"];
+    Gymnasium < 1.0 did so), with the last observations of finished envs in infos["final_obs"] (mask
+    infos["_final_obs"]) or infos["final_observation"] (Gymnasium < 1.0)."""
+
+    def __init__(self, venv):
+        mode = _autoreset_mode(venv)
+        if mode is not None and mode != "SAME_STEP":
+            raise WorkerError(f"the vectorised env resets finished envs in mode {mode}; the farm needs them reset in "
+                              "the same step: create it with autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP")
+        self.venv = venv
+        self.envs = [venv]
+        obs_space = as_space(getattr(venv, "single_observation_space", None) or venv.observation_space)
+        act_space = as_space(getattr(venv, "single_action_space", None) or venv.action_space)
+        super().__init__(int(venv.num_envs), 1, obs_space, act_space, None)
+
+    def reset(self, seed=None):
+        obs, _ = self.venv.reset(seed=seed)
+        self._put(self.obs, obs, "the vectorised env's reset observations")
+        self._reset_bookkeeping()
+        return self.obs, {}
+
+    @staticmethod
+    def _finals(infos) -> Tuple[Any, Any]:
+        for key in ("final_obs", "final_observation"):
+            if isinstance(infos, dict) and key in infos:
+                return infos[key], infos.get("_" + key)
+        return None, None
+
+    def step(self, actions: np.ndarray):
+        acts = self._actions(actions)
+        obs, reward, terminated, truncated, infos = self.venv.step(acts)
+        term = np.asarray(terminated, bool).reshape(self.num_envs)
+        trunc = np.asarray(truncated, bool).reshape(self.num_envs) & ~term
+        self._put(self.obs, obs, "the vectorised env's observations")
+        self.reward[:] = np.asarray(reward, np.float32).reshape(self.num_envs)
+        self.terminated[:] = term
+        self.truncated[:] = trunc
+        trunc_envs = np.flatnonzero(trunc)
+        final_obs = np.zeros((len(trunc_envs),) + self.obs.shape[1:], np.float32)
+        if len(trunc_envs):
+            finals, mask = self._finals(infos)
+            if finals is None:
+                raise WorkerError("the vectorised env truncated envs without their last observations in "
+                                  "infos['final_obs'] (or 'final_observation'): the learner needs them to bootstrap")
+            for j, e in enumerate(trunc_envs):
+                if mask is not None and not mask[e]:
+                    raise WorkerError(f"env {e} was truncated but infos['_final_obs'][{e}] is False")
+                self._put(final_obs[j], finals[e], f"env {e}: final observation")
+        self._env_reward[:] = self.reward
+        episodes = self._finish(term | trunc, trunc_envs)
+        return self.obs, self.reward, self.terminated, self.truncated, {
+            "final_obs_index": [int(e) for e in trunc_envs], "final_obs": final_obs, "final_state": None,
+            "episodes": episodes}
+
+
+class FrameStackGroup:
+    """A group whose observations are each row's last k observations, oldest first, along the first axis, as
+    worker/env_group.h stacks them (env.frame_stack): every frame the reset observation after a reset; a
+    truncated env's final observations stacked with the final one newest. The global state is not stacked."""
+
+    def __init__(self, group, k: int):
+        if not 1 <= int(k) <= MAX_FRAME_STACK:
+            raise WorkerError(f"frame_stack must be a whole number from 1 to {MAX_FRAME_STACK}, got {k}")
+        self.group = group
+        self.k = int(k)
+        f = group.observation_space
+        self.observation_space = Box(f.low * self.k, f.high * self.k, (f.shape[0] * self.k,) + tuple(f.shape[1:]))
+        self.obs_numel = self.observation_space.numel
+        self.obs = np.zeros((group.rows,) + self.observation_space.shape, np.float32)
+        self._frames = self.obs.reshape((group.rows, self.k) + tuple(f.shape))  # a view
+
+    def __getattr__(self, name):
+        return getattr(self.group, name)
+
+    def reset(self, seed=None):
+        self.group.reset(seed=seed)
+        self._frames[:] = self.group.obs[:, None]
+        return self.obs, {}
+
+    def step(self, actions):
+        _, reward, terminated, truncated, info = self.group.step(actions)
+        rows = np.asarray(info["final_obs_index"], np.int64)
+        final = np.empty((len(rows),) + self.observation_space.shape, np.float32)
+        if len(rows):
+            ff = final.reshape((len(rows), self.k) + self._frames.shape[2:])
+            ff[:, :-1] = self._frames[rows, 1:]
+            ff[:, -1] = info["final_obs"]
+        ended = (terminated | truncated).astype(bool)
+        self._frames[:, :-1] = self._frames[:, 1:].copy()
+        self._frames[:, -1] = self.group.obs
+        self._frames[ended] = self.group.obs[ended][:, None]
+        return self.obs, reward, terminated, truncated, dict(info, final_obs=final)
+
+
+def make_group(envs: Sequence[Any]):
+    """The group for a list of envs of one style (a batched env comes alone: one call per group)."""
+    style = env_style(envs[0])
+    if any(env_style(e) != style for e in envs[1:]):
+        raise WorkerError("every env of a worker must be of the same style")
+    if style == "batched":
+        if len(envs) != 1:
+            raise WorkerError("a vectorised env (num_envs) is one group on its own")
+        return BatchedGroup(envs[0])
+    if style in ("array", "parallel"):
+        return ArrayGroup(envs)
+    return GymGroup(envs)
