@@ -49,9 +49,17 @@ struct EnvConfig {
   // every frame the reset observation after a reset. 1: off. Normalisation applies to the stacked observation;
   // the global state is not stacked. farm-eval stacks alike; a serving client must stack the same way.
   int frame_stack = 1;
+  // A Python env (docs/ENVIRONMENTS.md, "Python environments"): MODULE:FACTORY, MODULE an importable module or
+  // a path to a .py file (relative to the directory the worker starts in), FACTORY() one env. Set, farm-worker
+  // runs the Python worker (python_interpreter -m farm_worker) in its place with this config's settings, and
+  // `name`/`options` are not used. Empty: the C++ env `name`.
+  std::string python;
+  std::string python_interpreter = "python3";
 
   template <class V> void visit(V& v) {
     v("name", name);
+    v("python", python);
+    v("python_interpreter", python_interpreter);
     v("num_envs", num_envs, Rule::AtLeast(1));
     v("num_groups", num_groups, Rule::Between(1, 64));
     v("options", options);

@@ -480,3 +480,32 @@ assert spec["action"]["kind"] == "multi_discrete" and spec["action"]["nvec"] == 
 assert s["protocol_errors"] == 0 and s["solved_at_steps"] is not None, s
 print("ok: multi-discrete actions")
 PY
+
+# 6. A multi-agent Python env with a global state (tests/python/cue_env.py make_team: 3 agents, array style,
+# numpy, team reward), started the way scripts/farm starts workers: farm-worker with the config's env.python runs
+# the Python worker in its place with the config's settings (envs, groups, seed, give-up time). Two such workers
+# solve it (9 of 10) with the critic on the global state; final observations and states of truncated envs travel.
+rm -f "$tmp"/worker-*.json
+start_learner "$tmp/run_team" total_env_steps=100000 target_return=9.0 stop_at_target=true learner.min_workers=2
+for i in 0 1; do
+  "$build_dir/worker/farm-worker" --config "$root/configs/cartpole.yaml" --learner "$endpoint" --index "$i" \
+    --set "env.python=$root/tests/python/cue_env.py:make_team" --set "env.python_interpreter=$py" \
+    --set env.num_envs=8 --set env.num_groups=2 --stats-file "$tmp/worker-$i.json" > "$tmp/team-$i.log" 2>&1 &
+  worker_pids+=($!)
+done
+wait_all
+"$py" - "$tmp/run_team" "$tmp" <<'PY'
+import json, os, sys
+run, tmp = sys.argv[1], sys.argv[2]
+s = json.load(open(os.path.join(run, "summary.json")))
+spec = json.load(open(os.path.join(run, "policy_spec.json")))
+print("team summary: steps", s["env_steps"], "agent steps", s["agent_steps"], "mean_return_100", s["mean_return_100"],
+      "solved at", s["solved_at_steps"], "num_agents", s["num_agents"], "protocol_errors", s["protocol_errors"])
+assert s["num_agents"] == 3 and s["agent_steps"] == 3 * s["env_steps"], s
+assert s["protocol_errors"] == 0 and s["workers"] == 2 and s["solved_at_steps"] is not None, s
+print("policy spec:", json.dumps({k: spec[k] for k in spec if k in ("num_agents", "global_state")}))
+for i in (0, 1):
+    w = json.load(open(os.path.join(tmp, f"worker-{i}.json")))
+    assert w["index"] == i and w["env_steps"] > 0 and w["stop_reason"], w
+print("ok: a multi-agent Python env with a global state, started by farm-worker from env.python")
+PY

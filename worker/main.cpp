@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/resources.h"
+#include "worker/python_launch.h"
 #include "worker/worker_client.h"
 
 namespace {
@@ -51,6 +52,15 @@ int main(int argc, char** argv) {
 
   farm::FarmConfig config;
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
+    fmt::print(stderr, "farm-worker: {}\n", s.message());
+    return 2;
+  }
+  if (!config.env.python.empty()) {
+    // A Python env: the Python worker runs in this process's place (same pid: the launcher's signals and
+    // PR_SET_PDEATHSIG reach it), with this config's settings.
+    std::vector<std::string> python_argv;
+    farm::Status s = farm::PythonWorkerArgv(config, index, endpoint, stats_file, &python_argv);
+    if (s.ok()) s = farm::ExecPythonWorker(python_argv, farm::CheckoutPythonPackageDir());
     fmt::print(stderr, "farm-worker: {}\n", s.message());
     return 2;
   }

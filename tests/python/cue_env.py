@@ -146,8 +146,48 @@ class ScaledCueEnv(CueEnv):
                 f.write(json.dumps(self.log) + "\n")
 
 
+class TeamCueEnv:
+    """Multi-agent, in the array style, numpy: 3 agents, each sees a cue of its own ([cue, noise, t / length]);
+    the team reward is the fraction of agents whose action matches their cue (max return 10, uniform random 5).
+    The global state is every agent's cue and t / length ([4]); episodes end by the time limit (truncated), so
+    final observations and final states travel. Needs numpy."""
+
+    num_agents = 3
+
+    def __init__(self, length=10):
+        import numpy as np
+        self.np, self.length = np, length
+        self.observation_space = _Box(low=-1.0, high=1.0, shape=(3,))
+        self.action_space = _Discrete(2)
+        self.state_space = _Box(low=-1.0, high=1.0, shape=(4,))
+        self._rng = np.random.default_rng()
+        self._t = 0
+
+    def _out(self):
+        np = self.np
+        self._cues = self._rng.choice([-1.0, 1.0], size=3)
+        obs = np.stack([self._cues, self._rng.uniform(-1, 1, 3), np.full(3, self._t / self.length)], axis=1)
+        return obs, np.append(self._cues, self._t / self.length)
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self._rng = self.np.random.default_rng(seed)
+        self._t = 0
+        return self._out()
+
+    def step(self, actions):
+        reward = float(((actions == 1) == (self._cues > 0)).mean())
+        self._t += 1
+        obs, state = self._out()
+        return obs, state, reward, False, self._t >= self.length, {}
+
+
 def make():
     return CueEnv()
+
+
+def make_team():
+    return TeamCueEnv()
 
 
 def make_multi():
