@@ -17,6 +17,10 @@ Cases (--cases, comma-separated; default all):
               workers lost, rejoins and the learner's time split, beside the
               env-only limit of the same cores (the envs stepped with no
               learner) and the ratio of the two (--plot FILE.png draws it)
+  python      the Python worker: its cost per env step on the pure and the
+              numpy path (scripts/bench_python.py), then the numpy multi-UAV
+              example (examples/python/uav_coverage.yaml) at 1 to 64 workers,
+              as scale does
 """
 import argparse
 import json
@@ -29,8 +33,18 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale"]
+CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python"]
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def python_with_worker_deps():
+    """The interpreter the Python worker runs with here: $FARM_PYTHON, python3 or Debian's /usr/bin/python3, the
+    first that imports zmq, google.protobuf and numpy (as tests/lib.sh farm_python)."""
+    for py in [os.environ.get("FARM_PYTHON"), "python3", "/usr/bin/python3"]:
+        if py and subprocess.run([py, "-c", "import zmq, google.protobuf, numpy"], capture_output=True).returncode == 0:
+            return py
+    raise RuntimeError("no python3 here imports zmq, google.protobuf and numpy "
+                       "(apt-get install -y python3-zmq python3-protobuf python3-numpy)")
 
 
 def log(msg):
@@ -190,33 +204,69 @@ class Bench:
                 # The env-only limit of the same cores: min(workers, cores) processes stepping as many envs as the
                 # workers of this point hold, split among them.
                 limit = self.env_limit(env, max(1, envs_per_worker * w // processes), processes, 2 if self.quick else 3)
-                try:
-                    summary, _, stats, wall, launch = self.farm_run(
-                        config, w, extra + ["total_env_steps=1000000000000", f"max_wall_seconds={secs}"],
-                        worker_stats=True, timeout=secs + 300)
-                except RuntimeError as e:
-                    log(f"scale {name} workers={w}: failed: {e}")
-                    table.append({"workload": name, "workers": w, "error": str(e)[-500:]})
-                    continue
-                row = {"workload": name, "workers": w, "envs_per_worker": envs_per_worker, "seconds": secs,
-                       "env_steps_per_second": summary["sps"], "agent_steps_per_second": summary["agent_sps"],
-                       "env_only_steps_per_second": limit["env_steps_per_second"],
-                       "ratio_to_env_only": summary["sps"] / limit["env_steps_per_second"],
-                       "last_join_seconds": summary.get("last_join_seconds"),
-                       "learner_max_rss_mb": summary.get("max_rss_mb"), "store_bytes": summary.get("store_bytes"),
-                       "workers_lost": summary.get("workers_lost"), "rejoins": summary.get("rejoins"),
-                       "connections_closed": summary.get("connections_closed"),
-                       "worker_reconnects": sum(s.get("reconnects", 0) for s in stats),
-                       "updates": summary["updates"], "batch_rows_avg": summary.get("batch_rows_avg"),
-                       "device": summary.get("device"), "time_seconds": summary["time_seconds"]}
-                table.append(row)
-                t = row["time_seconds"]
-                log(f"scale {name} workers={w}: {row['env_steps_per_second']:,.0f} env steps/s "
-                    f"({row['agent_steps_per_second']:,.0f} agent), env-only {row['env_only_steps_per_second']:,.0f} "
-                    f"(ratio {row['ratio_to_env_only']:.2f}), last join {row['last_join_seconds']:.1f} s, RSS "
-                    f"{row['learner_max_rss_mb']:.0f} MiB, lost {row['workers_lost']}, rejoins {row['rejoins']}; "
-                    f"held {t['held_for_update']:.1f} s, forward {t['forward']:.1f} s of {t['total']:.1f} s")
+                table.append(self.scale_point(name, config, envs_per_worker, extra, secs, w, limit))
         return {"cores": cores, "gpu": gpu, "table": table}
+
+    def scale_point(self, name, config, envs_per_worker, extra, secs, w, limit):
+        """One run of `w` workers for `secs` seconds; its row (or an error row)."""
+        try:
+            summary, _, stats, wall, launch = self.farm_run(
+                config, w, extra + ["total_env_steps=1000000000000", f"max_wall_seconds={secs}"],
+                worker_stats=True, timeout=secs + 300)
+        except RuntimeError as e:
+            log(f"scale {name} workers={w}: failed: {e}")
+            return {"workload": name, "workers": w, "error": str(e)[-500:]}
+        row = {"workload": name, "workers": w, "envs_per_worker": envs_per_worker, "seconds": secs,
+               "env_steps_per_second": summary["sps"], "agent_steps_per_second": summary["agent_sps"],
+               "env_only_steps_per_second": limit["env_steps_per_second"],
+               "ratio_to_env_only": summary["sps"] / limit["env_steps_per_second"],
+               "last_join_seconds": summary.get("last_join_seconds"),
+               "learner_max_rss_mb": summary.get("max_rss_mb"), "store_bytes": summary.get("store_bytes"),
+               "workers_lost": summary.get("workers_lost"), "rejoins": summary.get("rejoins"),
+               "connections_closed": summary.get("connections_closed"),
+               "worker_reconnects": sum(s.get("reconnects", 0) for s in stats),
+               "updates": summary["updates"], "batch_rows_avg": summary.get("batch_rows_avg"),
+               "device": summary.get("device"), "time_seconds": summary["time_seconds"]}
+        t = row["time_seconds"]
+        log(f"scale {name} workers={w}: {row['env_steps_per_second']:,.0f} env steps/s "
+            f"({row['agent_steps_per_second']:,.0f} agent), env-only {row['env_only_steps_per_second']:,.0f} "
+            f"(ratio {row['ratio_to_env_only']:.2f}), last join {row['last_join_seconds']:.1f} s, RSS "
+            f"{row['learner_max_rss_mb']:.0f} MiB, lost {row['workers_lost']}, rejoins {row['rejoins']}; "
+            f"held {t['held_for_update']:.1f} s, forward {t['forward']:.1f} s of {t['total']:.1f} s")
+        return row
+
+    def python(self):
+        """The Python worker: its own cost per env step on the pure and the numpy path (no learner), then the numpy
+        multi-UAV example (examples/python/uav_coverage.yaml, env.python) at 1..64 workers against the env-only
+        limit of the same cores (the env stepped alone by min(workers, cores) Python processes)."""
+        py = python_with_worker_deps()
+        helper = os.path.join(ROOT, "scripts", "bench_python.py")
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        s = 1 if self.quick else 2
+        runs = [json.loads(subprocess.run([py, helper, "paths", str(s)], check=True, capture_output=True, text=True,
+                                          env=env).stdout.strip().splitlines()[-1]) for _ in range(self.repeats)]
+        paths = {}
+        for key in runs[0]:
+            if isinstance(runs[0][key], dict):
+                paths[key] = {"us_per_env_step": median([r[key]["us_per_env_step"] for r in runs]),
+                              "bytes_per_env_step": runs[0][key]["bytes_per_env_step"]}
+            else:
+                paths[key] = median([r[key] for r in runs])
+        log("python paths (us per env step): " + ", ".join(
+            f"{k} {v['us_per_env_step']:.1f}" for k, v in paths.items() if isinstance(v, dict)))
+        cores = os.cpu_count() or 1
+        config = os.path.join(ROOT, "examples", "python", "uav_coverage.yaml")
+        secs = 15 if self.quick else 30
+        table = []
+        for w in SCALE_WORKERS:
+            processes = min(w, cores)
+            procs = [subprocess.Popen([py, helper, "env", str(2 if self.quick else 3)], stdout=subprocess.PIPE,
+                                      text=True, env=env) for _ in range(processes)]
+            rate = sum(json.loads(p.communicate()[0].strip().splitlines()[-1])["env_steps_per_second"] for p in procs)
+            limit = {"env_steps_per_second": rate, "processes": processes}
+            table.append(self.scale_point("uav_coverage_np", config, 8, [f"env.python_interpreter={py}"], secs, w,
+                                          limit))
+        return {"cores": cores, "python": py, "paths": paths, "table": table}
 
     def roofline(self, training_sps):
         """The training rate against a compute ceiling: FLOPs per env step (counted from the config's model and PPO
@@ -301,7 +351,7 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--quick", action="store_true", help="shorter cases, fewer sweep seconds")
     ap.add_argument("--out", default="bench.json", help="JSON output file")
-    ap.add_argument("--cases", default=",".join(c for c in CASES if c != "scale"), metavar="LIST",
+    ap.add_argument("--cases", default=",".join(c for c in CASES if c not in ("scale", "python")), metavar="LIST",
                     help="comma-separated subset of " + ",".join(CASES) + " (default: %(default)s; scale takes "
                          "minutes, so it runs only when named)")
     ap.add_argument("--gpu", action="store_true", help="scale: add uav_coverage with the cnn encoder on cuda")
@@ -340,6 +390,9 @@ def main():
         result["scale"] = b.scale(gpu=args.gpu)
         if args.plot:
             plot_scale(result["scale"], args.plot)
+    if "python" in cases:
+        log("python")
+        result["python"] = b.python()
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
 
@@ -380,6 +433,21 @@ def main():
     if "scale" in result:
         print("  scale             workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
         for row in result["scale"]["table"]:
+            if "error" in row:
+                print(f"    {row['workload']:<18} {row['workers']:>4}  failed")
+                continue
+            print(f"    {row['workload']:<18} {row['workers']:>4} {fmt(row['env_steps_per_second']):>12} "
+                  f"{fmt(row['agent_steps_per_second']):>14} {fmt(row['env_only_steps_per_second']):>10} "
+                  f"{row['ratio_to_env_only']:>8.2f} {row['last_join_seconds']:>9.1f} "
+                  f"{fmt(row['learner_max_rss_mb']):>8} {row['workers_lost']:>5}")
+    if "python" in result:
+        p = result["python"]
+        print(f"  python worker     us per env step, pure / numpy: 4 floats {p['paths']['cue_4_floats_pure']['us_per_env_step']:.1f}"
+              f" / {p['paths']['cue_4_floats_numpy']['us_per_env_step']:.1f}, [3,32,32] "
+              f"{p['paths']['image_3x32x32_pure']['us_per_env_step']:.1f} / "
+              f"{p['paths']['image_3x32x32_numpy']['us_per_env_step']:.1f}")
+        print("  python uav        workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
+        for row in p["table"]:
             if "error" in row:
                 print(f"    {row['workload']:<18} {row['workers']:>4}  failed")
                 continue

@@ -150,31 +150,45 @@ class GymGroup(_Group):
         return self.obs, {}
 
     def step(self, actions: np.ndarray):
-        acts = self._actions(actions)
+        acts = self._actions(actions).tolist() if self.discrete else self._actions(actions)
         trunc_envs: List[int] = []
-        finals: List[np.ndarray] = []
-        ended = np.zeros(self.num_envs, bool)
+        finals: List[Any] = []
+        ended: List[int] = []
+        observations: List[Any] = []
+        rewards: List[float] = []
+        terminated_flags: List[bool] = []
+        truncated_flags: List[bool] = []
         for i, env in enumerate(self.envs):
-            a = acts[i]
-            a = int(a) if self.discrete else a
-            obs, reward, terminated, truncated, _ = env.step(a)
+            obs, reward, terminated, truncated, _ = env.step(acts[i])
             terminated = bool(terminated)
             truncated = bool(truncated) and not terminated  # as Gymnasium's TimeLimit
-            self.reward[i] = reward
-            self.terminated[i] = terminated
-            self.truncated[i] = truncated
+            rewards.append(reward)
+            terminated_flags.append(terminated)
+            truncated_flags.append(truncated)
             if terminated or truncated:
-                ended[i] = True
+                ended.append(i)
                 if truncated:
                     trunc_envs.append(i)
-                    f = np.empty(self.obs.shape[1:], np.float32)
-                    self._put(f, obs, f"env {i}: step's observation")
-                    finals.append(f)
+                    finals.append(obs)
                 obs, _ = env.reset()
-            self._put(self.obs[i], obs, f"env {i}: step's observation")
+            observations.append(obs)
+        # One conversion per group, not per env (a list of lists or of arrays alike); per env only to name the
+        # env whose observation does not fit.
+        try:
+            self.obs[...] = np.asarray(observations, dtype=np.float32).reshape(self.obs.shape)
+        except ValueError:
+            for i, obs in enumerate(observations):
+                self._put(self.obs[i], obs, f"env {i}: step's observation")
+        self.reward[:] = rewards
+        self.terminated[:] = terminated_flags
+        self.truncated[:] = truncated_flags
+        final_obs = np.empty((len(finals),) + self.obs.shape[1:], np.float32)
+        for j, obs in enumerate(finals):
+            self._put(final_obs[j], obs, f"env {trunc_envs[j]}: step's observation")
         self._env_reward[:] = self.reward
-        episodes = self._finish(ended, np.asarray(trunc_envs, np.int64))
-        final_obs = np.stack(finals) if finals else np.zeros((0,) + self.obs.shape[1:], np.float32)
+        mask = np.zeros(self.num_envs, bool)
+        mask[ended] = True
+        episodes = self._finish(mask, np.asarray(trunc_envs, np.int64))
         return self.obs, self.reward, self.terminated, self.truncated, {
             "final_obs_index": trunc_envs, "final_obs": final_obs, "final_state": None, "episodes": episodes}
 

@@ -30,6 +30,15 @@ except ImportError:  # the pure-Python path (farm_worker.vector) needs none
 _MAX_ROUND_TRIP_SAMPLES = 1 << 20
 
 
+def _max_rss_mb() -> Optional[float]:
+    """This process's peak resident set in MiB (as farm-worker's --stats-file has it); None where unknown."""
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    except (ImportError, OSError):
+        return None
+
+
 class WorkerStats:
     def __init__(self):
         self.env_steps = 0
@@ -62,6 +71,7 @@ class WorkerStats:
             "mean_return_100": sum(recent) / len(recent) if recent else None,
             "round_trip_us_p50": self.round_trip_percentile(0.50),
             "round_trip_us_p99": self.round_trip_percentile(0.99),
+            "max_rss_mb": _max_rss_mb(),
         }
 
     def __repr__(self):
