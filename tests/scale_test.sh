@@ -4,16 +4,24 @@
 # under way within 15 s, and no healthy worker may be lost or reconnect: workers_lost, rejoins and
 # connections_closed are 0, every worker joined once, and the run stops in order (summary.json, final
 # checkpoint, exit 0).
-# Usage: scale_test.sh BUILD_DIR [WORKERS] [SECONDS]
+# With `python`, the same for the numpy multi-UAV env in Python (examples/python/uav_coverage.yaml, env.python:
+# one Python worker process per worker, started by farm-worker).
+# Usage: scale_test.sh BUILD_DIR [WORKERS] [SECONDS] [python]
 build_dir="$(cd "$1" && pwd)"
 workers="${2:-32}"
 seconds="${3:-60}"
 source "$(dirname "$0")/lib.sh"
+config="$root/configs/uav_coverage.yaml"
+extra=()
+if [ "${4:-}" = python ]; then
+  config="$root/examples/python/uav_coverage.yaml"
+  extra=(--set "env.python_interpreter=$(farm_python)")
+fi
 run_dir="$tmp/run"
 start=$(date +%s)
 rc=0
 FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1 timeout $((seconds + 120)) "$root/scripts/farm" run \
-  "$root/configs/uav_coverage.yaml" --workers "$workers" --set max_wall_seconds="$seconds" \
+  "$config" --workers "$workers" --set max_wall_seconds="$seconds" "${extra[@]}" \
   --set total_env_steps=1000000000 --set run_dir="$run_dir" --set learner.progress_interval_s=1 \
   > "$tmp/run.log" 2>&1 || rc=$?
 elapsed=$(($(date +%s) - start))
@@ -52,4 +60,4 @@ ckpts = [f for f in os.listdir(os.path.join(run, "checkpoints")) if f.endswith("
 assert ckpts, "no final checkpoint"
 PY
 grep -q "dropped worker\|reconnecting" "$tmp/run.log" && { grep "dropped worker\|reconnecting" "$tmp/run.log" | head; fail "a worker was dropped or reconnected"; }
-echo "ok: uav_coverage with $workers workers: no worker lost, stopped in order"
+echo "ok: $(basename "$config") with $workers workers: no worker lost, stopped in order"
