@@ -6,10 +6,13 @@
 # last 100 episodes >= 9.5) with both workers and no protocol error, a continuous-action run
 # and a CURVE run go through, a run with --frame-stack 3 sends [12] observations and solves it,
 # a run with env.normalize_obs and env.normalize_reward sends exactly the normalised data
-# (part 4; checked message by message) and learns, and a multi-discrete action env is learnt (part 5).
+# (part 4; checked message by message) and learns, a multi-discrete action env is learnt (part 5), and a
+# multi-agent env with a global state, started by farm-worker from the config's env.python, is solved (part 6).
+# Before the runs, without a learner: the pure-Python path's VectorEnv, FrameStack and Normalizer, and the numpy
+# path (tests/python/numpy_path_test.py: the same bytes as the pure path, multi-agent, PettingZoo, vectorised).
 # Usage: python_worker_test.sh BUILD_DIR
-# Needs python3 with zmq and google.protobuf (Debian: python3-zmq python3-protobuf), and numpy
-# for part 4's check (python3-numpy); the worker itself needs no numpy.
+# Needs python3 with zmq, google.protobuf and numpy (Debian: python3-zmq python3-protobuf python3-numpy); the
+# worker itself runs single-agent envs without numpy (the pure-Python path).
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
