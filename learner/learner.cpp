@@ -31,15 +31,15 @@ const std::string& Learner::run_dir() const { return impl_->run_dir->path(); }
 
 void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
 
-void Learner::TEST_FailNextBatch() { impl_->fail_next_batch.store(true); }
-void Learner::TEST_StallNextBatch(double seconds) { impl_->stall_next_batch_ms.store(static_cast<int64_t>(seconds * 1e3)); }
+void Learner::TEST_FailNextBatch() { impl_->test_hooks.fail_next_batch.store(true); }
+void Learner::TEST_StallNextBatch(double seconds) { impl_->test_hooks.stall_next_batch_ms.store(static_cast<int64_t>(seconds * 1e3)); }
 
 void Learner::Impl::RequestStop(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(stop_request_mutex);
-    if (stop_requested.load()) return;
-    stop_request_reason = reason;
-    stop_requested.store(true);
+    std::lock_guard<std::mutex> lock(stop_request.mutex);
+    if (stop_request.requested.load()) return;
+    stop_request.reason = reason;
+    stop_request.requested.store(true);
   }
   Work w;
   w.kind = Work::Kind::kStop;
@@ -47,8 +47,8 @@ void Learner::Impl::RequestStop(const std::string& reason) {
 }
 
 std::string Learner::Impl::RequestedStopReason() {
-  std::lock_guard<std::mutex> lock(stop_request_mutex);
-  return stop_request_reason;
+  std::lock_guard<std::mutex> lock(stop_request.mutex);
+  return stop_request.reason;
 }
 
 Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) {
@@ -112,8 +112,8 @@ Status Learner::Impl::Init() {
     return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
   }
   if (auto s = RunDir::Open(config, &run_dir); !s.ok()) return s;
-  if (auto s = metrics.Open(run_dir->file("metrics.jsonl")); !s.ok()) return s;
-  if (auto s = TensorBoardWriter::Open(run_dir->file("tb"), &tensorboard); !s.ok()) return s;
+  if (auto s = reporting.metrics.Open(run_dir->file("metrics.jsonl")); !s.ok()) return s;
+  if (auto s = TensorBoardWriter::Open(run_dir->file("tb"), &reporting.tensorboard); !s.ok()) return s;
   if (auto s = RouterLoop::Create(ctx, std::move(socket), config, &batcher, &liveness, &inference,
                                   [this](const std::string& why) { RequestStop(why); }, &router);
       !s.ok())
@@ -127,7 +127,7 @@ Status Learner::Impl::Init() {
 void Learner::Impl::ReplyError(const std::string& identity, const std::string& message,
                                const wire::StepRequest* req, wire::Error::Code code) {
   ++stats.errors;
-  if (const auto d = error_log.Allow("error " + identity); d.log)
+  if (const auto d = reporting.error_log.Allow("error " + identity); d.log)
     spdlog::warn("{}: {}{}", identity, message, LogRateLimiter::Suffix(d));
   wire::Envelope e;
   e.mutable_error()->set_message(message);
@@ -169,7 +169,7 @@ void Learner::Impl::CheckStop() {
   } else if (config.max_wall_seconds > 0 && stats.ProcessWall() >= config.max_wall_seconds) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
-  } else if (stop_requested.load()) {
+  } else if (stop_request.requested.load()) {
     // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch).
     outcome.stopping = true;
     outcome.stop_reason = RequestedStopReason();
@@ -187,15 +187,15 @@ RunStats::Outside Learner::Impl::Outside() const {
   o.replies_dropped = c.replies_dropped.load();
   o.heartbeats_answered = c.heartbeats_answered.load();
   o.auth_refused = zap ? zap->refused() : 0;
-  o.trainer_busy_seconds = stats.update_seconds_total + (trainer_busy() ? Seconds(Clock::now() - submitted_at) : 0.0);
+  o.trainer_busy_seconds = stats.update_seconds_total + (trainer_busy() ? Seconds(Clock::now() - update.submitted_at) : 0.0);
   return o;
 }
 
 void Learner::Impl::ShowProgress(bool force) {
   const auto now = Clock::now();
-  if (!force && Seconds(now - last_progress) < config.learner.progress_interval_s) return;
-  progress.Show(stats.StatusLine(Outside(), now));
-  last_progress = now;
+  if (!force && Seconds(now - reporting.last_progress) < config.learner.progress_interval_s) return;
+  reporting.progress.Show(stats.StatusLine(Outside(), now));
+  reporting.last_progress = now;
 }
 
 nlohmann::json Learner::Impl::Summary() const {
@@ -204,22 +204,22 @@ nlohmann::json Learner::Impl::Summary() const {
   s["mode"] = config.mode;
   s["target_return"] = config.target_return ? nlohmann::json(*config.target_return) : nlohmann::json(nullptr);
   // The update's implementation: fused (CPU), graphed (CUDA graphs; its first update is LibTorch's) or libtorch.
-  s["update_path"] = update_path;
-  s["graphed_updates"] = graphed_updates;
+  s["update_path"] = update.path;
+  s["graphed_updates"] = update.graphed;
   const int64_t agents = registry.has_run() ? registry.run().num_agents : 1;
   s["num_envs"] = collector.has_store() ? collector.store().num_rows() / agents : 0;
   s["stop_reason"] = outcome.stop_reason;
   s["device"] = device.str();
   s["precision"] = config.learner.precision;
   s["torch_version"] = TORCH_VERSION;
-  s["start_unix"] = start_unix;
+  s["start_unix"] = reporting.start_unix;
   return s;
 }
 
 Status Learner::Run(nlohmann::json* summary) {
   Impl& m = *impl_;
   m.stats.Start(Clock::now(), 0);
-  m.start_unix = UnixNow();
+  m.reporting.start_unix = UnixNow();
   spdlog::info("learner listening on {}; run directory {}", m.endpoint, m.run_dir->path());
   std::vector<Work> batch;
   bool cancelled = false;
@@ -239,11 +239,11 @@ Status Learner::Run(nlohmann::json* summary) {
     }
     m.inference.Begin("a batch of requests");
     try {
-      if (!batch.empty() && m.fail_next_batch.load() && m.fail_next_batch.exchange(false))
+      if (!batch.empty() && m.test_hooks.fail_next_batch.load() && m.test_hooks.fail_next_batch.exchange(false))
         throw std::runtime_error("injected fault (TEST_FailNextBatch)");
-      if (!batch.empty() && m.stall_next_batch_ms.load() > 0) {
+      if (!batch.empty() && m.test_hooks.stall_next_batch_ms.load() > 0) {
         ActivityScope busy(m.inference, "an injected stall (TEST_StallNextBatch)");
-        std::this_thread::sleep_for(std::chrono::milliseconds(m.stall_next_batch_ms.exchange(0)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(m.test_hooks.stall_next_batch_ms.exchange(0)));
       }
       m.CheckWorkers();
       m.ProcessBatch(batch);
@@ -259,7 +259,7 @@ Status Learner::Run(nlohmann::json* summary) {
       cancelled = true;
     }
   }
-  m.progress.Finish();
+  m.reporting.progress.Finish();
   spdlog::info("stopping: {}", m.outcome.stop_reason);
   // Nothing more is served: the I/O thread drops what arrives, and the batcher takes nothing more.
   m.router->SetShuttingDown();

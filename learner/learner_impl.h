@@ -79,7 +79,41 @@ struct Outcome {
   Status serve_failure;
 };
 
-// Threading: the inference thread owns everything here but what is marked otherwise.
+// The update in flight and how updates run (inference thread).
+struct UpdateTrack {
+  int64_t handoff_env_steps = 0;  // env_steps at the last hand-off: the learning-rate schedule's progress
+  std::chrono::steady_clock::time_point submitted_at;  // when the update in flight was handed over
+  std::string path = "none";      // summary.json's update_path
+  int64_t graphed = 0;            // summary.json's graphed_updates
+};
+
+// Where the run reports: metrics.jsonl, TensorBoard, the status line, rate-limited warnings (inference thread).
+struct Reporting {
+  double start_unix = learner_internal::UnixNow();
+  MetricsWriter metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  ProgressLine progress;
+  std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_worker_check = std::chrono::steady_clock::now();
+  // The inference thread's warnings about errors it answers, at most one per client and kLogRateInterval.
+  LogRateLimiter error_log{kLogRateInterval, {}, 1024};
+};
+
+// A request to stop, from any thread (a signal watcher, Learner::Stop, the run itself).
+struct StopRequest {
+  std::atomic<bool> requested{false};
+  std::mutex mutex;
+  std::string reason;  // GUARDED_BY(mutex): the first request's reason, set before `requested`
+};
+
+// Learner::TEST_FailNextBatch and TEST_StallNextBatch (any thread).
+struct TestHooks {
+  std::atomic<bool> fail_next_batch{false};
+  std::atomic<int64_t> stall_next_batch_ms{0};
+};
+
+// Threading: the inference thread owns everything here but what is marked otherwise. Its own fields are few;
+// the collaborators (each with its contract in its header) own the rest.
 struct Learner::Impl {
   explicit Impl(const FarmConfig& c)
       : config(c),
@@ -143,24 +177,10 @@ struct Learner::Impl {
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;
-  int64_t handoff_env_steps = 0;  // env_steps at the last hand-off: the learning-rate schedule's progress
-  std::chrono::steady_clock::time_point submitted_at;  // when the update in flight was handed over
-  std::string update_path = "none";
-  int64_t graphed_updates = 0;
-  double start_unix = learner_internal::UnixNow();
-  MetricsWriter metrics;
-  std::unique_ptr<TensorBoardWriter> tensorboard;
-  ProgressLine progress;
-  std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last_worker_check = std::chrono::steady_clock::now();
-  // The inference thread's warnings about errors it answers, at most one per client and kLogRateInterval.
-  LogRateLimiter error_log{kLogRateInterval, {}, 1024};
-
-  std::atomic<bool> fail_next_batch{false};       // Learner::TEST_FailNextBatch; any thread
-  std::atomic<int64_t> stall_next_batch_ms{0};    // Learner::TEST_StallNextBatch; any thread
-  std::atomic<bool> stop_requested{false};   // any thread
-  std::mutex stop_request_mutex;
-  std::string stop_request_reason;  // GUARDED_BY(stop_request_mutex): RequestStop's reason, set before stop_requested
+  UpdateTrack update;
+  Reporting reporting;
+  StopRequest stop_request;  // any thread
+  TestHooks test_hooks;      // any thread
 };
 
 }  // namespace farm

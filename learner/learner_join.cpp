@@ -25,7 +25,7 @@ void Learner::Impl::OnHello(Work& w) {
   auto* welcome = reply_msg.mutable_welcome();
   auto refuse = [&](const std::string& why) {
     ++stats.errors;
-    if (const auto d = error_log.Allow("refused " + w.identity); d.log)
+    if (const auto d = reporting.error_log.Allow("refused " + w.identity); d.log)
       spdlog::warn("refused {}: {}{}", w.identity, why, LogRateLimiter::Suffix(d));
     welcome->set_accepted(false);
     welcome->set_error(why);
@@ -86,7 +86,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                                               done.result = std::move(r);
                                               (void)batcher.PushFront(std::move(done));  // closed: shutting down
                                             });
-  update_path = trainer->update_path();
+  update.path = trainer->update_path();
   registry.SetRun(spec);
   stats.set_num_agents(spec.num_agents);
   spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder {}, "
@@ -104,7 +104,7 @@ void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
   const TrainingCounters& c = r.counters;
   const RunState& state = r.state;
   stats.env_steps = c.env_steps;
-  handoff_env_steps = c.env_steps;  // the schedule goes on from here
+  update.handoff_env_steps = c.env_steps;  // the schedule goes on from here
   stats.updates = c.updates;
   stats.version = c.policy_version;
   stats.set_wall_offset(c.wall_seconds);
@@ -178,8 +178,8 @@ RunState Learner::Impl::CaptureRunState() {
 
 void Learner::Impl::CheckWorkers() {
   const auto now = Clock::now();
-  if (Seconds(now - last_worker_check) < 0.5 * config.transport.heartbeat_interval_s) return;
-  last_worker_check = now;
+  if (Seconds(now - reporting.last_worker_check) < 0.5 * config.transport.heartbeat_interval_s) return;
+  reporting.last_worker_check = now;
   PhaseTimer timer(stats, Phase::kReport);
   for (const auto& id : liveness.SilentFor(config.transport.heartbeat_timeout_s, now))
     RemoveWorker(id, fmt::format("silent for more than {} s (transport.heartbeat_timeout_s: no message of it reached "

@@ -192,15 +192,15 @@ void Learner::Impl::MaybeHandOff() {
   stats.last_lag = lag;
   // The schedule's progress when this rollout began (CleanRL: frac = 1 - (update - 1) / updates): the first update
   // runs at the full learning rate and the last one at lr / updates, not at 0.
-  job.progress = std::min(1.0, static_cast<double>(handoff_env_steps) / static_cast<double>(config.total_env_steps));
-  handoff_env_steps = stats.env_steps;
+  job.progress = std::min(1.0, static_cast<double>(update.handoff_env_steps) / static_cast<double>(config.total_env_steps));
+  update.handoff_env_steps = stats.env_steps;
   job.version = stats.version;
   job.checkpoint =
       config.learner.checkpoint_every > 0 && (stats.updates + 1) % config.learner.checkpoint_every == 0;
   job.counters =
       TrainingCounters{stats.env_steps, stats.updates + 1, stats.version + 1, stats.window.total_episodes(), stats.Wall()};
   if (job.checkpoint) job.state = CaptureRunState();
-  submitted_at = Clock::now();
+  update.submitted_at = Clock::now();
   trainer->Submit(std::move(job));
   // async: keep acting with the current snapshot while the trainer works.
   if (config.mode == "async") ReleaseParked();
@@ -218,8 +218,8 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   stats.update_seconds_total += r.update_seconds;
   stats.last_update_seconds = r.update_seconds;
   stats.last_ppo = r.stats;
-  update_path = r.update_path;
-  graphed_updates = r.graphed_updates;
+  update.path = r.update_path;
+  update.graphed = r.graphed_updates;
   {
     PhaseTimer timer(stats, Phase::kHandoff);
     ActivityScope busy(inference, "copying the new weights into the acting policy");
@@ -233,8 +233,8 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
     PhaseTimer timer(stats, Phase::kReport);
     ActivityScope busy(inference, "writing metrics");
     const RunStats::Outside o = Outside();
-    metrics.Write(stats.MetricsRow(o));
-    tensorboard->AddScalars(stats.TensorBoardScalars(o), stats.env_steps, UnixNow());
+    reporting.metrics.Write(stats.MetricsRow(o));
+    reporting.tensorboard->AddScalars(stats.TensorBoardScalars(o), stats.env_steps, UnixNow());
   }
   if (r.failed) {
     outcome.stopping = true;
