@@ -123,6 +123,10 @@ struct LearnerConfig {
   int threads = 1;              // intra-op threads for LibTorch
   int checkpoint_every = 50;    // updates between checkpoints (0: only at the end)
   int keep_checkpoints = 5;     // newest checkpoints kept (0: all)
+  // Periodic checkpoints that may fail in a row (a full disk, an unwritable run_dir) before the run stops in
+  // order with that reason rather than train on with nothing saved (0: never stop for it). Each failure is
+  // logged with the file and the OS's reason and counted in summary.json's checkpoints_failed.
+  int max_failed_checkpoints = 3;
   double progress_interval_s = 1.0;
   int min_workers = 1;          // workers that must join before acting
   std::string precision = "fp32";  // fp32 | fp16 (CUDA, with loss scaling) | bf16 (CUDA or CPU autocast)
@@ -152,6 +156,7 @@ struct LearnerConfig {
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));
     v("keep_checkpoints", keep_checkpoints, Rule::AtLeast(0));
+    v("max_failed_checkpoints", max_failed_checkpoints, Rule::AtLeast(0));
     v("progress_interval_s", progress_interval_s, Rule::Positive());
     v("min_workers", min_workers, Rule::AtLeast(1));
     v("stall_warn_s", stall_warn_s, Rule::Positive());

@@ -25,11 +25,17 @@ Status WriteFileAtomic(const std::string& path, const std::string& text) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      return Status::IoError(fmt::format("{}: write failed: {}", tmp, std::strerror(err)));
+      std::remove(tmp.c_str());  // a disk that filled up keeps nothing half-written
+      return Status::IoError(fmt::format("{}: write failed after {} of {} bytes: {}", tmp, done, text.size(),
+                                         std::strerror(err)));
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0) return Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
+  if (::close(fd) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(err)));
+  }
   return CommitFile(tmp, path);
 }
 

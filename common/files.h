@@ -9,7 +9,8 @@
 
 namespace farm {
 
-// Writes `text` to `path` via `path`.tmp and CommitFile.
+// Writes `text` to `path` via `path`.tmp and CommitFile. On any failure (a full disk: ENOSPC, a file size
+// limit: EFBIG) `path` is untouched, the temp file removed, and the error names the file and the OS's reason.
 Status WriteFileAtomic(const std::string& path, const std::string& text);
 
 // Makes a finished temp file durable and moves it into place: fsync, rename

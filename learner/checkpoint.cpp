@@ -173,7 +173,9 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
   if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
   const std::string name = fmt::format("ckpt-{:08d}.pt", c.updates);
   const std::string path = dir + "/" + name;
-  const std::string tmp = path + ".tmp";
+  // Serialised into memory first, then written with the checked, fsynced WriteFileAtomic: LibTorch's own file
+  // writer (1.13) throws from a destructor when the disk fills up, which no catch can stop from terminating.
+  std::ostringstream bytes;
   try {
     torch::serialize::OutputArchive archive;
     torch::serialize::OutputArchive policy_archive;
@@ -190,15 +192,23 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
       archive.write("loss_scaler", scaler_archive);
     }
     if (state) WriteRunState(archive, *state);
-    archive.save_to(tmp);
+    archive.save_to(bytes);
   } catch (const c10::Error& e) {
-    return Status::IoError(fmt::format("{}: cannot write checkpoint: {}", tmp, e.what_without_backtrace()));
+    return Status::IoError(fmt::format("{}: cannot serialise the checkpoint: {}", path, e.what_without_backtrace()));
   }
-  if (auto s = CommitFile(tmp, path); !s.ok()) return s;
-  uint32_t crc = 0;
-  if (auto s = FileCrc32c(path, &crc); !s.ok()) return s;
-  if (auto s = WriteFileAtomic(path + ".crc32c", fmt::format("{:08x}\n", crc)); !s.ok()) return s;
-  if (auto s = WriteFileAtomic(dir + "/latest", name + "\n"); !s.ok()) return s;
+  const std::string data = bytes.str();
+  if (auto s = WriteFileAtomic(path, data); !s.ok()) return s;
+  // A checkpoint counts once `latest` names it; if its checksum or `latest` cannot be written, it is removed again
+  // (a checkpoint without its checksum would only be skipped by --resume), and `latest` stays on the previous one.
+  const uint32_t crc = Crc32c(data.data(), data.size());
+  Status s = WriteFileAtomic(path + ".crc32c", fmt::format("{:08x}\n", crc));
+  if (s.ok()) s = WriteFileAtomic(dir + "/latest", name + "\n");
+  if (!s.ok()) {
+    std::filesystem::remove(path, ec);
+    std::filesystem::remove(path + ".crc32c", ec);
+    return s;
+  }
+  // Older checkpoints are pruned only now, never to make room for one that then fails.
   if (keep > 0) {
     const auto all = ListCheckpoints(dir);  // newest first
     for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {

@@ -205,6 +205,8 @@ nlohmann::json Learner::Impl::Summary() const {
   s["target_return"] = config.target_return ? nlohmann::json(*config.target_return) : nlohmann::json(nullptr);
   // The update's implementation: fused (CPU), graphed (CUDA graphs; its first update is LibTorch's) or libtorch.
   s["update_path"] = update.path;
+  s["checkpoints_failed"] = reporting.checkpoints_failed;
+  s["write_errors"] = reporting.write_errors;
   s["graphed_updates"] = update.graphed;
   const int64_t agents = registry.has_run() ? registry.run().num_agents : 1;
   s["num_envs"] = collector.has_store() ? collector.store().num_rows() / agents : 0;
@@ -268,6 +270,7 @@ Status Learner::Run(nlohmann::json* summary) {
   // Final checkpoint, unless the run never started or its last update diverged; then tell every worker to stop.
   // (Updates check their parameters only when they checkpoint: the last one is checked here.)
   m.inference.Begin("the final checkpoint");
+  Status final_checkpoint;
   try {  // after a LibTorch or CUDA error these may throw too: the workers must still hear Stop
     Outcome& o = m.outcome;
     if (!o.update_failed && m.trainer && o.start_failure.ok() && !m.trainer->ParametersFinite()) {
@@ -280,10 +283,13 @@ Status Learner::Run(nlohmann::json* summary) {
       const TrainingCounters c{m.stats.env_steps, m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
                                m.stats.Wall()};
       std::string path;
-      if (auto s = m.trainer->FinalCheckpoint(c, m.CaptureRunState(), &path); !s.ok())
-        spdlog::error("final checkpoint: {}", s.message());
-      else
+      if (auto s = m.trainer->FinalCheckpoint(c, m.CaptureRunState(), &path); !s.ok()) {
+        spdlog::error("final checkpoint: {} (the previous checkpoints are kept)", s.message());
+        ++m.reporting.checkpoints_failed;
+        final_checkpoint = s;
+      } else {
         spdlog::info("checkpoint written: {}", path);
+      }
     }
   } catch (const std::exception& e) {
     spdlog::error("no final checkpoint: {}", ErrorText(e));
@@ -301,7 +307,14 @@ Status Learner::Run(nlohmann::json* summary) {
   if (summary) *summary = s;
   if (m.outcome.update_failed)
     return Status::InvalidArgument(m.outcome.stop_reason + " (see metrics.jsonl; lower ppo.lr?)");
-  return m.outcome.serve_failure;
+  if (!m.outcome.serve_failure.ok()) return m.outcome.serve_failure;
+  // Stopped for want of checkpoints, or the final one failed: the run's state is not all on disk; say so in the
+  // exit status too (summary.json, written above, has checkpoints_failed).
+  const int limit = m.config.learner.max_failed_checkpoints;
+  if (limit > 0 && m.reporting.failed_checkpoints_in_a_row >= limit)
+    return Status::IoError(m.outcome.stop_reason + " (free space under " + m.run_dir->path() + ", then --resume)");
+  if (!final_checkpoint.ok()) return Status::IoError("the final checkpoint was not written: " + final_checkpoint.message());
+  return Status::Ok();
 }
 
 }  // namespace farm

@@ -97,6 +97,11 @@ struct Reporting {
   std::chrono::steady_clock::time_point last_worker_check = std::chrono::steady_clock::now();
   // The inference thread's warnings about errors it answers, at most one per client and kLogRateInterval.
   LogRateLimiter error_log{kLogRateInterval, {}, 1024};
+  // Rows of metrics.jsonl or TensorBoard events that could not be written (summary.json's write_errors), and
+  // checkpoints that could not be (checkpoints_failed; the last ones in a row: failed_checkpoints_in_a_row).
+  int64_t write_errors = 0;
+  int64_t checkpoints_failed = 0;
+  int64_t failed_checkpoints_in_a_row = 0;
 };
 
 // A request to stop, from any thread (a signal watcher, Learner::Stop, the run itself).
@@ -141,6 +146,8 @@ struct Learner::Impl {
   void RemoveWorker(const std::string& identity, const std::string& why);
   void UpdateReadyHint();
   void ShowProgress(bool force);
+  void NoteWriteError(const Status& s);
+  void NoteCheckpoint(const Status& s);
   void Reply(const std::string& identity, const wire::Envelope& env) { reply->Send(identity, env); }
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
                   wire::Error::Code code = wire::Error::FATAL);

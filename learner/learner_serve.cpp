@@ -233,9 +233,11 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
     PhaseTimer timer(stats, Phase::kReport);
     ActivityScope busy(inference, "writing metrics");
     const RunStats::Outside o = Outside();
-    reporting.metrics.Write(stats.MetricsRow(o));
+    if (auto s = reporting.metrics.Write(stats.MetricsRow(o)); !s.ok()) NoteWriteError(s);
     reporting.tensorboard->AddScalars(stats.TensorBoardScalars(o), stats.env_steps, UnixNow());
+    if (auto s = reporting.tensorboard->Flush(); !s.ok()) NoteWriteError(s);
   }
+  if (r.checkpoint_due) NoteCheckpoint(r.checkpoint);
   if (r.failed) {
     outcome.stopping = true;
     outcome.update_failed = true;
@@ -255,6 +257,36 @@ void Learner::Impl::UpdateReadyHint() {
   // batch goes at once.
   const int active = registry.total_groups() - static_cast<int>(collector.parked());
   batcher.SetReadyItems(static_cast<std::size_t>(std::max(active, 1)));
+}
+
+// A row of metrics.jsonl or TensorBoard that could not be written: counted, said at most once per
+// kLogRateInterval with the count since.
+void Learner::Impl::NoteWriteError(const Status& s) {
+  ++reporting.write_errors;
+  if (const auto d = reporting.error_log.Allow("write"); d.log)
+    spdlog::warn("{} (training goes on; {} write error(s) so far){}", s.message(), reporting.write_errors,
+                 LogRateLimiter::Suffix(d));
+}
+
+// How a periodic checkpoint went. A failure is logged with the file and the OS's reason, and counted; after
+// learner.max_failed_checkpoints in a row (0: never) the run stops in order rather than train on with nothing
+// saved. The previous checkpoints are kept.
+void Learner::Impl::NoteCheckpoint(const Status& s) {
+  if (s.ok()) {
+    reporting.failed_checkpoints_in_a_row = 0;
+    return;
+  }
+  ++reporting.checkpoints_failed;
+  ++reporting.failed_checkpoints_in_a_row;
+  const int limit = config.learner.max_failed_checkpoints;
+  spdlog::error("checkpoint of update {} not written: {} ({} in a row; the previous checkpoints are kept{})",
+                stats.updates, s.message(), reporting.failed_checkpoints_in_a_row,
+                limit > 0 ? fmt::format("; the run stops after {} in a row, learner.max_failed_checkpoints", limit)
+                          : std::string());
+  if (limit > 0 && reporting.failed_checkpoints_in_a_row >= limit && !outcome.stopping)
+    RequestStop(fmt::format("{} checkpoints in a row could not be written (learner.max_failed_checkpoints); the last: "
+                            "{}",
+                            reporting.failed_checkpoints_in_a_row, s.message()));
 }
 
 }  // namespace farm

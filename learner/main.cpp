@@ -14,6 +14,10 @@
 #include "learner/metrics.h"
 
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f, a container's) makes a write past it fail with EFBIG instead of killing the
+  // process: the learner then reports the file it could not write and goes on or stops in order, as on a full
+  // disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Rollout Farm learner: batches workers' requests, acts with the policy and trains it with PPO"};
   std::string config_path;
   std::vector<std::string> overrides;

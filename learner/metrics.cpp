@@ -2,6 +2,7 @@
 #include "learner/metrics.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,15 +49,38 @@ double EpisodeWindow::mean_length() const {
   return lengths_.empty() ? 0.0 : sum_length_ / static_cast<double>(lengths_.size());
 }
 
+MetricsWriter::~MetricsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 Status MetricsWriter::Open(const std::string& path) {
-  out_.open(path, std::ios::out | std::ios::app);
-  if (!out_) return Status::IoError(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) return Status::IoError(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
+  path_ = path;
   return Status::Ok();
 }
 
-void MetricsWriter::Write(const nlohmann::json& row) {
-  out_ << row.dump() << '\n';
-  out_.flush();
+Status MetricsWriter::Write(const nlohmann::json& row) {
+  if (fd_ < 0) return Status::IoError("metrics.jsonl is not open");
+  const std::string line = row.dump() + "\n";
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      if (before >= 0 && done > 0 && ::ftruncate(fd_, before) != 0) {
+        return Status::IoError(fmt::format("{}: a row could not be written ({}) and the part written could not "
+                                           "be removed ({})",
+                                           path_, std::strerror(err), std::strerror(errno)));
+      }
+      return Status::IoError(fmt::format("{}: a row could not be written: {}", path_, std::strerror(err)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return Status::Ok();
 }
 
 ProgressLine::ProgressLine() : tty_(::isatty(STDERR_FILENO) == 1) {}

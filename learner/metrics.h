@@ -46,13 +46,22 @@ class EpisodeWindow {
 };
 
 // Appends one JSON object per line, flushed after each.
+// metrics.jsonl: one JSON object per line, appended and flushed to the OS per row. A row that cannot be
+// written whole (a full disk, a file size limit) is cut off again, so the file never holds half a line; Write
+// says so and the next row is tried as usual. Threading: one thread (the learner's inference thread).
 class MetricsWriter {
  public:
+  MetricsWriter() = default;
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
   Status Open(const std::string& path);
-  void Write(const nlohmann::json& row);
+  Status Write(const nlohmann::json& row);
 
  private:
-  std::ofstream out_;
+  int fd_ = -1;
+  std::string path_;
 };
 
 // One status line, redrawn in place on a terminal, plain log lines otherwise.

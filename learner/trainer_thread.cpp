@@ -100,10 +100,11 @@ void TrainerThread::Loop() {
       if (job.checkpoint && std::isfinite(result->stats.policy_loss)) {
         job.counters.policy_version = job.version + 1;
         job.state.rng[kRngTrainer] = GeneratorState(trainer_->generator());  // as the next update will find it
-        if (auto s = SaveCheckpoint(checkpoint_dir_, training_, trainer_->optimizer(), job.counters, nullptr,
-                                    &trainer_->scaler(), config_.learner.keep_checkpoints, &job.state);
-            !s.ok())
-          spdlog::error("checkpoint: {}", s.message());
+        // A failed checkpoint (a full disk, say) is reported to the inference thread, which counts it and stops
+        // the run after learner.max_failed_checkpoints in a row; the previous checkpoints stay as they were.
+        result->checkpoint_due = true;
+        result->checkpoint = SaveCheckpoint(checkpoint_dir_, training_, trainer_->optimizer(), job.counters, nullptr,
+                                            &trainer_->scaler(), config_.learner.keep_checkpoints, &job.state);
       }
     } catch (const std::exception& e) {
       // Any exception is a failed update: the run stops on it, with no checkpoint after it, never by std::terminate.

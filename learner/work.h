@@ -22,6 +22,8 @@ struct TrainResult {
   bool failed = false;     // non-finite loss or parameters, or an exception: the run stops, nothing saved after it
   std::string update_path;  // fused | graphed | libtorch
   int64_t graphed_updates = 0;
+  bool checkpoint_due = false;   // the update was to be checkpointed
+  Status checkpoint;             // when due: how writing it went (IoError naming the file and the OS's reason)
 };
 
 // An item for the inference thread.

@@ -3,6 +3,7 @@
 // --resume continues from, including checkpoints written before it existed.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +12,7 @@
 #include "common/files.h"
 #include "learner/checkpoint.h"
 #include "learner/metrics.h"
+#include "tests/file_size_limit.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK
@@ -177,4 +179,64 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   CHECK(loaded.missing.size() == 4);  // rng, episode_window, solved_at, config_yaml
   CHECK(ReadCheckpointConfig(path, &yaml).code() == Status::Code::kNotFound);
   (void)RemoveTree(dir);  // not std::filesystem::remove_all: see RemoveTree
+}
+
+TEST_CASE("a checkpoint on a full disk fails naming the file, the previous one stays latest and valid",
+          "[checkpoint]") {
+  torch::manual_seed(3);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("farm-ckpt-full-" + std::to_string(::getpid()))).string();
+  (void)RemoveTree(dir);
+  ActorCritic policy(Space::Box({3}, {-1.f}, {1.f}), Space::Discrete(2), std::vector<int>{64, 64});
+  torch::optim::Adam adam(policy->parameters(), torch::optim::AdamOptions(1e-3));
+  REQUIRE(SaveCheckpoint(dir, policy, adam, TrainingCounters{100, 1, 1, 0, 0.0}, nullptr, nullptr, /*keep=*/1).ok());
+  const auto size = std::filesystem::file_size(dir + "/ckpt-00000001.pt");
+  Status s;
+  {
+    FileSizeLimit full(size / 2);  // the next checkpoint cannot be written whole
+    s = SaveCheckpoint(dir, policy, adam, TrainingCounters{200, 2, 2, 0, 0.0}, nullptr, nullptr, /*keep=*/1);
+  }
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == Status::Code::kIoError);
+  CHECK_THAT(s.message(), Catch::Contains("ckpt-00000002.pt") && Catch::Contains("File too large"));
+  // Nothing half-written, nothing pruned to make room (keep=1 would have deleted the first after a success).
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{"ckpt-00000001.pt", "ckpt-00000001.pt.crc32c", "latest"});
+  std::string path;
+  std::vector<std::string> skipped;
+  REQUIRE(FindLatestValidCheckpoint(dir, &path, &skipped).ok());
+  CHECK(std::filesystem::path(path).filename() == "ckpt-00000001.pt");
+  CHECK(skipped.empty());
+  // Space again: the next one is written as usual, and keep=1 prunes the old one now.
+  REQUIRE(SaveCheckpoint(dir, policy, adam, TrainingCounters{300, 3, 3, 0, 0.0}, nullptr, nullptr, 1).ok());
+  CHECK(ListCheckpoints(dir).size() == 1);
+  (void)RemoveTree(dir);
+}
+
+TEST_CASE("MetricsWriter: a row that does not fit is cut off again, the file keeps whole lines only",
+          "[checkpoint][metrics]") {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("farm-metrics-full-" + std::to_string(::getpid()) + ".jsonl")).string();
+  std::filesystem::remove(path);
+  MetricsWriter w;
+  REQUIRE(w.Open(path).ok());
+  REQUIRE(w.Write(nlohmann::json{{"update", 1}, {"pad", std::string(50, 'a')}}).ok());
+  const auto one_row = std::filesystem::file_size(path);
+  Status s;
+  {
+    FileSizeLimit full(one_row + 20);  // room for 20 bytes of the next row, not all of it
+    s = w.Write(nlohmann::json{{"update", 2}, {"pad", std::string(50, 'b')}});
+  }
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains(path) && Catch::Contains("File too large"));
+  CHECK(std::filesystem::file_size(path) == one_row);
+  REQUIRE(w.Write(nlohmann::json{{"update", 3}}).ok());  // the next row goes in as usual
+  std::ifstream in(path);
+  std::string line;
+  std::vector<int> updates;
+  while (std::getline(in, line)) updates.push_back(nlohmann::json::parse(line)["update"].get<int>());
+  CHECK(updates == std::vector<int>{1, 3});
+  std::filesystem::remove(path);
 }

@@ -1,10 +1,12 @@
 // common/files.h: atomic writes and RemoveTree.
 #include "common/files.h"
+#include "tests/file_size_limit.h"
 
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -75,4 +77,27 @@ TEST_CASE("DirectoryLock: one holder at a time, released when destroyed", "[file
   second.reset();
   CHECK_FALSE(DirectoryLock::Acquire((dir / "missing").string(), "x.lock", &second).ok());
   REQUIRE(RemoveTree(dir.string()).ok());
+}
+
+TEST_CASE("WriteFileAtomic on a full disk keeps the old file, removes its temp file and names the reason",
+          "[files]") {
+  const fs::path dir = fs::temp_directory_path() / ("farm-files-full-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "f").string();
+  REQUIRE(WriteFileAtomic(path, "old").ok());
+  Status s;
+  {
+    FileSizeLimit full(1000);  // files past 1000 bytes cannot grow (EFBIG, as ENOSPC would)
+    s = WriteFileAtomic(path, std::string(5000, 'x'));
+  }
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == Status::Code::kIoError);
+  CHECK_THAT(s.message(), Catch::Contains(path + ".tmp") && Catch::Contains("write failed after 1000 of 5000 bytes") &&
+                              Catch::Contains("File too large"));
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "old");
+  REQUIRE(WriteFileAtomic(path, std::string(5000, 'y')).ok());  // the limit is gone again
+  fs::remove_all(dir);
 }
