@@ -50,7 +50,8 @@ struct EnvConfig {
   // the global state is not stacked. farm-eval stacks alike; a serving client must stack the same way.
   int frame_stack = 1;
   // A Python env (docs/ENVIRONMENTS.md, "Python environments"): MODULE:FACTORY, MODULE an importable module or
-  // a path to a .py file (relative to the directory the worker starts in), FACTORY() one env. Set, farm-worker
+  // a path to a .py file (a relative one is looked for in the worker's directory, beside the config file, then
+  // in the checkout), FACTORY() one env. Set, farm-worker
   // runs the Python worker (python_interpreter -m farm_worker) in its place with this config's settings, and
   // `name`/`options` are not used. Empty: the C++ env `name`.
   std::string python;

@@ -156,7 +156,8 @@ Acting::Output Acting::Forward(int64_t rows) {
       if (state.defined()) state = state.to(device_, /*non_blocking=*/true);
     }
     const auto generator_lock = LockCudaGenerator(device_);  // sampling draws while the trainer may capture
-    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic);
+    // Values are used only to train: a learner that only serves (learner.train false) skips the critic.
+    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic, /*with_value=*/recording_);
   }
   // The padding's rows are dropped before the copies back to the host.
   result.action = out.action.narrow(0, 0, rows).to(torch::kCPU).contiguous();

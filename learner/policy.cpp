@@ -172,10 +172,11 @@ torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch
   return critic_->forward(x).squeeze(-1);
 }
 
-ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic) {
+ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic,
+                               bool with_value) {
   ActOutput out;
   // Acting needs only the actor: a centralised critic without its state leaves the value undefined.
-  if (!options_.global_state || state.defined()) out.value = CriticValue(obs, state, "Act");
+  if (with_value && (!options_.global_state || state.defined())) out.value = CriticValue(obs, state, "Act");
   const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);

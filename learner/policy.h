@@ -67,7 +67,9 @@ class ActorCriticImpl : public torch::nn::Module {
   // a run gets its value.
   // Samples actions (deterministic=true: mode / mean) with their log-probs and values. Acting needs only
   // the actor: with a global state but an undefined `state`, value is left undefined.
-  ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic = false);
+  // with_value false: the critic is not run and `value` stays undefined (serving a policy never needs it).
+  ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic = false,
+                bool with_value = true);
   ActOutput Act(const torch::Tensor& obs, bool deterministic = false) { return Act(obs, {}, deterministic); }
   // Log-probs, entropies and values of given actions, for the PPO loss. Throws std::invalid_argument when
   // the policy has a global state and `state` is undefined.

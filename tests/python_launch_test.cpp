@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -33,7 +34,7 @@ TEST_CASE("env.python: the Python worker gets the config's envs, groups, seed, i
   c.seed = 77;
   c.transport.worker_give_up_s = 12.5;
   std::vector<std::string> argv;
-  REQUIRE(PythonWorkerArgv(c, 5, "tcp://10.0.0.1:5555", "/tmp/w.json", &argv).ok());
+  REQUIRE(PythonWorkerArgv(c, 5, "tcp://10.0.0.1:5555", "/tmp/w.json", {}, &argv).ok());
   REQUIRE(argv.size() > 3);
   CHECK(argv[0] == "/opt/venv/bin/python");
   CHECK(argv[1] == "-m");
@@ -59,7 +60,7 @@ TEST_CASE("env.python: normalisation settings and CURVE keys travel, missing wor
   c.ppo.gamma = 0.98;
   c.ppo.rollout_length = 32;
   std::vector<std::string> argv;
-  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", &argv).ok());
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv).ok());
   CHECK(Has(argv, "--normalize-obs"));
   CHECK_FALSE(Has(argv, "--normalize-reward"));
   CHECK(After(argv, "--obs-clip") == "5");
@@ -68,11 +69,11 @@ TEST_CASE("env.python: normalisation settings and CURVE keys travel, missing wor
   CHECK_FALSE(Has(argv, "--stats-file"));
   c.transport.curve = true;
   c.transport.curve_worker_secret_key_file = "keys/w.key";
-  const Status missing = PythonWorkerArgv(c, 0, "tcp://h:1", "", &argv);
+  const Status missing = PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv);
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.message(), Catch::Contains("transport.curve_learner_public_key_file"));
   c.transport.curve_learner_public_key_file = "keys/learner.pub";
-  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", &argv).ok());
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv).ok());
   CHECK(After(argv, "--curve-worker-secret-key-file") == "keys/w.key");
   CHECK(After(argv, "--curve-learner-public-key-file") == "keys/learner.pub");
 }
@@ -82,22 +83,35 @@ TEST_CASE("env.python: a .py path is made absolute, a missing file or a value wi
   std::vector<std::string> argv;
   for (const char* bad : {"my_envs", "my_envs:", ":make_env"}) {
     c.env.python = bad;
-    const Status s = PythonWorkerArgv(c, 0, "tcp://h:1", "", &argv);
+    const Status s = PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv);
     REQUIRE_FALSE(s.ok());
     CHECK_THAT(s.message(), Catch::Contains("env.python") && Catch::Contains("MODULE:FACTORY"));
   }
   c.env.python = "no_such_dir/envs.py:make";
-  const Status s = PythonWorkerArgv(c, 0, "tcp://h:1", "", &argv);
+  const Status s = PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv);
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("env.python") && Catch::Contains("no_such_dir/envs.py") &&
                               Catch::Contains("not found"));
   std::ofstream("python_launch_test_envs.py") << "def make():\n    pass\n";
   c.env.python = "python_launch_test_envs.py:make";
-  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", &argv).ok());
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv).ok());
   const std::string module = After(argv, "--env-module");
   CHECK(module.front() == '/');
   CHECK_THAT(module, Catch::EndsWith("/python_launch_test_envs.py:make"));
   std::remove("python_launch_test_envs.py");
+  // Not here: beside the config file (the first search directory), else in the checkout (the second).
+  const std::string dir = "python_launch_test_dir";
+  std::filesystem::create_directories(dir + "/sub");
+  std::ofstream(dir + "/sub/envs.py") << "def make():\n    pass\n";
+  c.env.python = "sub/envs.py:make";
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {"no_such_config_dir", dir}, &argv).ok());
+  CHECK_THAT(After(argv, "--env-module"), Catch::EndsWith("/python_launch_test_dir/sub/envs.py:make"));
+  c.env.python = "sub/missing.py:make";
+  const Status missing = PythonWorkerArgv(c, 0, "tcp://h:1", "", {"no_such_config_dir", dir}, &argv);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.message(), Catch::Contains("no_such_config_dir/sub/missing.py") &&
+                                    Catch::Contains("python_launch_test_dir/sub/missing.py"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

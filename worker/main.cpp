@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -59,7 +60,11 @@ int main(int argc, char** argv) {
     // A Python env: the Python worker runs in this process's place (same pid: the launcher's signals and
     // PR_SET_PDEATHSIG reach it), with this config's settings.
     std::vector<std::string> python_argv;
-    farm::Status s = farm::PythonWorkerArgv(config, index, endpoint, stats_file, &python_argv);
+    // A relative .py path: from here, else beside the config file, else in the checkout this binary came from.
+    const std::string config_dir =
+        config_path.empty() ? std::string() : std::filesystem::path(config_path).parent_path().string();
+    const std::string checkout = std::filesystem::path(farm::CheckoutPythonPackageDir()).parent_path().parent_path();
+    farm::Status s = farm::PythonWorkerArgv(config, index, endpoint, stats_file, {config_dir, checkout}, &python_argv);
     if (s.ok()) s = farm::ExecPythonWorker(python_argv, farm::CheckoutPythonPackageDir());
     fmt::print(stderr, "farm-worker: {}\n", s.message());
     return 2;

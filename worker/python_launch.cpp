@@ -1,6 +1,7 @@
 #include "worker/python_launch.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,7 +12,8 @@
 namespace farm {
 
 Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& learner_endpoint,
-                        const std::string& stats_file, std::vector<std::string>* argv) {
+                        const std::string& stats_file, const std::vector<std::string>& search_dirs,
+                        std::vector<std::string>* argv) {
   const EnvConfig& env = config.env;
   std::string spec = env.python;
   const auto colon = spec.rfind(':');
@@ -23,11 +25,24 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
   std::string module = spec.substr(0, colon);
   if (module.size() > 3 && module.compare(module.size() - 3, 3, ".py") == 0) {
     std::error_code ec;
-    const auto path = std::filesystem::absolute(module, ec);
-    if (ec || !std::filesystem::is_regular_file(path))
-      return Status::InvalidArgument(fmt::format("env.python: file '{}' not found (from the directory {})", module,
-                                                 std::filesystem::current_path(ec).string()));
-    spec = path.string() + spec.substr(colon);
+    std::filesystem::path found;
+    std::vector<std::string> tried;
+    const std::filesystem::path rel(module);
+    std::vector<std::filesystem::path> candidates{std::filesystem::absolute(rel, ec)};
+    if (rel.is_relative())
+      for (const auto& d : search_dirs)
+        if (!d.empty()) candidates.push_back(std::filesystem::absolute(std::filesystem::path(d) / rel, ec));
+    for (const auto& c : candidates) {
+      if (std::filesystem::is_regular_file(c, ec)) {
+        found = c.lexically_normal();
+        break;
+      }
+      tried.push_back(c.lexically_normal().string());
+    }
+    if (found.empty())
+      return Status::InvalidArgument(
+          fmt::format("env.python: file '{}' not found (looked for {})", module, fmt::join(tried, ", ")));
+    spec = found.string() + spec.substr(colon);
   }
   if (env.python_interpreter.empty())
     return Status::InvalidArgument("env.python_interpreter: expected a Python interpreter (python3, or a path)");

@@ -15,9 +15,12 @@
 namespace farm {
 
 // argv for execvp (argv[0] is env.python_interpreter). InvalidArgument naming env.python when it is not
-// MODULE:FACTORY, or when a .py file it names does not exist (relative paths are made absolute here).
+// MODULE:FACTORY, or when a .py file it names is not found. A relative .py path is looked for in the current
+// directory, then in each of `search_dirs` in order (farm-worker passes the config file's directory and the
+// checkout this binary was built from), and made absolute.
 Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& learner_endpoint,
-                        const std::string& stats_file, std::vector<std::string>* argv);
+                        const std::string& stats_file, const std::vector<std::string>& search_dirs,
+                        std::vector<std::string>* argv);
 
 // Replaces this process with the Python worker (PYTHONPATH gets `package_dir` first, when it exists, so that a
 // checkout's package is found without pip install). Returns only on failure, with the reason.
