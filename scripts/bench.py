@@ -312,6 +312,18 @@ def nominal_cpu_peak_gflops(cores):
     return {"gflops": gflops, "mhz": mhz, "flops_per_cycle": per_cycle, "cores": cores}
 
 
+def print_scale_rows(table, fmt):
+    """The rows of a scale table (scale and python cases), one line each."""
+    for row in table:
+        if "error" in row:
+            print(f"    {row['workload']:<18} {row['workers']:>4}  failed")
+            continue
+        print(f"    {row['workload']:<18} {row['workers']:>4} {fmt(row['env_steps_per_second']):>12} "
+              f"{fmt(row['agent_steps_per_second']):>14} {fmt(row['env_only_steps_per_second']):>10} "
+              f"{row['ratio_to_env_only']:>8.2f} {row['last_join_seconds']:>9.1f} "
+              f"{fmt(row['learner_max_rss_mb']):>8} {row['workers_lost']:>5}")
+
+
 def plot_scale(scale, png):
     """env steps/s against workers, a line per workload and its env-only limit (gnuplot, PNG)."""
     rows = [r for r in scale["table"] if "error" not in r]
@@ -432,14 +444,7 @@ def main():
             print(f"    workers {w:<3}                      " + "".join(f"{fmt(cells.get(e)):>10}" for e in envs))
     if "scale" in result:
         print("  scale             workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
-        for row in result["scale"]["table"]:
-            if "error" in row:
-                print(f"    {row['workload']:<18} {row['workers']:>4}  failed")
-                continue
-            print(f"    {row['workload']:<18} {row['workers']:>4} {fmt(row['env_steps_per_second']):>12} "
-                  f"{fmt(row['agent_steps_per_second']):>14} {fmt(row['env_only_steps_per_second']):>10} "
-                  f"{row['ratio_to_env_only']:>8.2f} {row['last_join_seconds']:>9.1f} "
-                  f"{fmt(row['learner_max_rss_mb']):>8} {row['workers_lost']:>5}")
+        print_scale_rows(result["scale"]["table"], fmt)
     if "python" in result:
         p = result["python"]
         print(f"  python worker     us per env step, pure / numpy: 4 floats {p['paths']['cue_4_floats_pure']['us_per_env_step']:.1f}"
@@ -447,14 +452,7 @@ def main():
               f"{p['paths']['image_3x32x32_pure']['us_per_env_step']:.1f} / "
               f"{p['paths']['image_3x32x32_numpy']['us_per_env_step']:.1f}")
         print("  python uav        workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
-        for row in p["table"]:
-            if "error" in row:
-                print(f"    {row['workload']:<18} {row['workers']:>4}  failed")
-                continue
-            print(f"    {row['workload']:<18} {row['workers']:>4} {fmt(row['env_steps_per_second']):>12} "
-                  f"{fmt(row['agent_steps_per_second']):>14} {fmt(row['env_only_steps_per_second']):>10} "
-                  f"{row['ratio_to_env_only']:>8.2f} {row['last_join_seconds']:>9.1f} "
-                  f"{fmt(row['learner_max_rss_mb']):>8} {row['workers_lost']:>5}")
+        print_scale_rows(p["table"], fmt)
     print(f"\nwritten: {args.out}")
 
 
