@@ -180,6 +180,9 @@ struct PpoConfig {
   double max_grad_norm = 0.5;
   std::optional<double> target_kl;  // stop the epochs early when approx KL exceeds it
   std::vector<int> hidden_sizes = {64, 64};
+  // Box actions: the Gaussian's log-std starts here (0: std 1, CleanRL's and SB3's default); a negative value
+  // starts with less noise (rl-zoo's log_std_init). Learned from then on, per action dimension.
+  double log_std_init = 0.0;
   // mlp: flattened inputs; cnn: a conv stack for [C, H, W] observations and global states (learner/policy.h).
   std::string encoder = "mlp";
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
@@ -209,6 +212,7 @@ struct PpoConfig {
     v("max_grad_norm", max_grad_norm, Rule::Positive());
     v("target_kl", target_kl, Rule::Positive());
     v("hidden_sizes", hidden_sizes, Rule::AtLeast(1));
+    v("log_std_init", log_std_init, Rule::Between(-10, 2));
     v("encoder", encoder, Rule::OneOf({"mlp", "cnn"}));
     v("bootstrap_truncated", bootstrap_truncated);
     v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));

@@ -140,7 +140,8 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain));
     critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain));
   }
-  if (action_.is_box()) log_std_ = register_parameter("log_std", torch::zeros({head_dim}));
+  if (action_.is_box())
+    log_std_ = register_parameter("log_std", torch::full({head_dim}, static_cast<float>(options_.log_std_init)));
 }
 
 torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {

@@ -40,6 +40,9 @@ struct PolicyOptions {
   Encoder encoder = Encoder::kMlp;
   // Set: the critic takes this float32 box (an env's global state) instead of the observation.
   std::optional<Space> global_state;
+  // Box actions: the initial value of every log-std entry (the policy's exploration before any update; rl-zoo's
+  // log_std_init). Not part of the architecture: a checkpoint's saved log-std replaces it.
+  double log_std_init = 0.0;
 };
 
 struct ActOutput {

@@ -19,6 +19,7 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   if (auto s = ParseEncoder(config.ppo.encoder, &out->options.encoder); !s.ok())
     return Status::InvalidArgument("ppo." + s.message());
   out->options.global_state = hs.global_state;
+  out->options.log_std_init = config.ppo.log_std_init;
   ActorCritic initial{nullptr};
   if (!config.learner.init_from.empty()) {
     FarmConfig saved;

@@ -93,6 +93,11 @@ TEST_CASE("out-of-range values say the allowed range", "[config]") {
   auto fs = Parse("env:\n  frame_stack: 2.5\n", &c);
   REQUIRE_FALSE(fs.ok());
   CHECK_THAT(fs.message(), Catch::Contains("env.frame_stack"));
+  auto ls = Parse("ppo:\n  log_std_init: 3\n", &c);
+  REQUIRE_FALSE(ls.ok());
+  CHECK_THAT(ls.message(), Catch::Contains("ppo.log_std_init") && Catch::Contains("[-10, 2]"));
+  REQUIRE(Parse("ppo:\n  log_std_init: -2\n", &c).ok());
+  CHECK(c.ppo.log_std_init == -2.0);
 }
 
 TEST_CASE("malformed YAML reports the line", "[config]") {

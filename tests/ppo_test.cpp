@@ -256,6 +256,21 @@ TEST_CASE("ActorCritic shapes, init, sampling and copying", "[ppo]") {
     RequireClose(net->Evaluate(obs, mode.action + 1).logp, torch::full({batch}, -2.8378771f), 1e-5);
   }
 
+  SECTION("box with log_std_init") {
+    // ppo.log_std_init -1: every log-std entry starts at -1, so the samples' spread around the mean is e^-1
+    // and the entropy 2 * (0.5 + 0.5 log(2 pi) - 1) per row.
+    PolicyOptions options;
+    options.log_std_init = -1.0;
+    ActorCritic net(Space::Box({4}, {-1}, {1}), Space::Box({2}, {-1}, {1}), hidden, options);
+    RequireClose(net->named_parameters()["log_std"], torch::full({2}, -1.0f), 0);
+    const torch::Tensor obs = torch::randn({1, 4}).expand({20000, 4}).contiguous();
+    const torch::Tensor mean = net->Act(obs, /*deterministic=*/true).action;
+    const torch::Tensor spread = (net->Act(obs).action - mean).std(/*dim=*/0);
+    RequireClose(spread, torch::full({2}, std::exp(-1.0f)), 0.01);
+    RequireClose(net->Evaluate(obs.slice(0, 0, batch), mean.slice(0, 0, batch)).entropy,
+                 torch::full({batch}, 0.8378771f), 1e-5);
+  }
+
   SECTION("CopyFrom and save/load make outputs equal") {
     const Space obs_space = Space::Box({4}, {-1}, {1});
     const Space act_space = Space::Box({2}, {-1}, {1});
