@@ -21,6 +21,10 @@ Cases (--cases, comma-separated; default all):
               numpy path (scripts/bench_python.py), then the numpy multi-UAV
               example (examples/python/uav_coverage.yaml) at 1 to 64 workers,
               as scale does
+  learning    every built-in env's config over seeds 1-3 at the references' step
+              budgets: final and best 100-episode mean, steps and seconds to the
+              target, farm-eval's deterministic mean (scripts/bench_learning.py;
+              --learning-envs picks the envs, --plot-dir draws the seeds' curves)
 """
 import argparse
 import json
@@ -33,7 +37,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python"]
+CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "learning"]
+SLOW_CASES = ("scale", "python", "learning")  # minutes each: run only when named
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 
 
@@ -235,6 +240,23 @@ class Bench:
             f"held {t['held_for_update']:.1f} s, forward {t['forward']:.1f} s of {t['total']:.1f} s")
         return row
 
+    def learning(self, envs, plot_dir):
+        """scripts/bench_learning.py: its JSON, and its printed table to show under this suite's."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "learning.json")
+            cmd = [sys.executable, os.path.join(ROOT, "scripts", "bench_learning.py"), "--build-dir", self.build,
+                   "--out", out]
+            if envs:
+                cmd += ["--envs", envs]
+            if plot_dir:
+                cmd += ["--plot-dir", plot_dir]
+            if self.quick:
+                cmd += ["--seeds", "1"]
+            table = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            result = json.load(open(out))
+        result["table"] = table.split("\n", 2)[-1] if table.startswith("\n") else table
+        return result
+
     def python(self):
         """The Python worker: its own cost per env step on the pure and the numpy path (no learner), then the numpy
         multi-UAV example (examples/python/uav_coverage.yaml, env.python) at 1..64 workers against the env-only
@@ -363,11 +385,14 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--quick", action="store_true", help="shorter cases, fewer sweep seconds")
     ap.add_argument("--out", default="bench.json", help="JSON output file")
-    ap.add_argument("--cases", default=",".join(c for c in CASES if c not in ("scale", "python")), metavar="LIST",
-                    help="comma-separated subset of " + ",".join(CASES) + " (default: %(default)s; scale takes "
-                         "minutes, so it runs only when named)")
+    ap.add_argument("--cases", default=",".join(c for c in CASES if c not in SLOW_CASES), metavar="LIST",
+                    help="comma-separated subset of " + ",".join(CASES) + " (default: %(default)s; "
+                         + ", ".join(SLOW_CASES) + " take minutes, so they run only when named)")
     ap.add_argument("--gpu", action="store_true", help="scale: add uav_coverage with the cnn encoder on cuda")
     ap.add_argument("--plot", metavar="FILE.png", help="scale: draw env steps/s against workers (gnuplot)")
+    ap.add_argument("--learning-envs", metavar="LIST",
+                    help="learning: the envs (default: scripts/bench_learning.py's, the classic control envs)")
+    ap.add_argument("--plot-dir", metavar="DIR", help="learning: draw DIR/learning-ENV.png, the seeds' curves")
     args = ap.parse_args()
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -405,6 +430,9 @@ def main():
     if "python" in cases:
         log("python")
         result["python"] = b.python()
+    if "learning" in cases:
+        log("learning")
+        result["learning"] = b.learning(args.learning_envs, args.plot_dir)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
 
@@ -453,6 +481,8 @@ def main():
               f"{p['paths']['image_3x32x32_numpy']['us_per_env_step']:.1f}")
         print("  python uav        workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
         print_scale_rows(p["table"], fmt)
+    if "learning" in result:
+        print(result["learning"]["table"], end="")
     print(f"\nwritten: {args.out}")
 
 
