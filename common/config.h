@@ -143,6 +143,11 @@ struct LearnerConfig {
   // The log says when the inference thread has been busy in one thing (a batch, building the policy, a
   // checkpoint) for this long; the I/O thread keeps answering the workers meanwhile.
   double stall_warn_s = 5.0;
+  // What the run is expected to hold (policy copies, optimizer, trajectory store, the update's copy, activations;
+  // learner/memory_budget.h) must fit this many MiB, checked at every Hello: a run that cannot fit stops at its
+  // first Hello, a worker that would not fit is refused. 0: the process's own limit (a cgroup's memory.max,
+  // ulimit -v) less what it used at start, no check without one; -1: no check.
+  int64_t memory_budget_mb = 0;
 
   template <class V> void visit(V& v) {
     v("device", device);
@@ -161,6 +166,7 @@ struct LearnerConfig {
     v("progress_interval_s", progress_interval_s, Rule::Positive());
     v("min_workers", min_workers, Rule::AtLeast(1));
     v("stall_warn_s", stall_warn_s, Rule::Positive());
+    v("memory_budget_mb", memory_budget_mb, Rule::AtLeast(-1));
   }
 };
 

@@ -82,6 +82,14 @@ Status Learner::Impl::Init() {
     at::globalContext().setBenchmarkCuDNN(true);
   }
   torch::manual_seed(config.seed);
+  {
+    const auto limit = DetectMemoryLimit();
+    memory_budget = ResolveMemoryBudget(config.learner.memory_budget_mb, limit,
+                                        limit ? ProcessMemoryUsed(*limit) : 0);
+    if (memory_budget)
+      spdlog::info("memory budget for the run: {:.1f} MiB ({})", static_cast<double>(memory_budget->bytes) / (1 << 20),
+                   memory_budget->source);
+  }
 
   // Transport security first: a learner that may not bind leaves no run directory behind.
   if (auto s = CheckBindPolicy(config.transport); !s.ok()) return s;

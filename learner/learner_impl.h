@@ -33,6 +33,7 @@
 #include "learner/cuda_graph.h"
 #include "learner/device.h"
 #include "learner/liveness.h"
+#include "learner/memory_budget.h"
 #include "learner/metrics.h"
 #include "learner/rollout_collector.h"
 #include "learner/router_loop.h"
@@ -58,7 +59,9 @@ inline double UnixNow() {
 
 inline std::string ErrorText(const std::exception& e) {
   const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  return torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (torch_error) return torch_error->what_without_backtrace();
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return std::string("out of memory: an allocation failed (") + e.what() + ")";
+  return e.what();
 }
 
 }  // namespace learner_internal
@@ -184,6 +187,8 @@ struct Learner::Impl {
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;
+  std::optional<MemoryBudget> memory_budget;  // resolved by Init (learner.memory_budget_mb)
+  RunMemoryInputs memory_inputs;              // the run's sizes, from the first Hello
   UpdateTrack update;
   Reporting reporting;
   StopRequest stop_request;  // any thread

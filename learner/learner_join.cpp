@@ -34,9 +34,22 @@ void Learner::Impl::OnHello(Work& w) {
   Handshake hs;
   if (auto s = registry.CheckHello(w.identity, h, normalizer.options(), &hs); !s.ok()) return refuse(s.message());
   if (outcome.stopping) return refuse("the learner is stopping");
-  if (!registry.has_run()) {
+  const bool first = !registry.has_run();
+  if (first) {
     ActivityScope busy(inference, "building the run from the first Hello (policy, CUDA graphs, warm-up, resume)");
     if (!BuildRunFrom(h, hs, refuse)) return;
+  }
+  if (recording) {
+    // The store grows by this worker's rows: the run with it must fit the memory budget (learner/memory_budget.h).
+    RunMemoryInputs in = memory_inputs;
+    in.rows = collector.store().num_rows() + static_cast<int64_t>(hs.num_groups) * hs.group_rows;
+    const RunMemory need = EstimateRunMemory(in, config.ppo, config.mode == "async");
+    if (first) spdlog::info("expected memory with the first worker: {}", need.Describe());
+    if (auto s = CheckRunMemory(need, memory_budget, first ? "the run" : "the run with worker " + w.identity);
+        !s.ok()) {
+      if (first && registry.size() == 0) FailStart(s.message());  // no worker can join: the run stops in order
+      return refuse(s.message());
+    }
   }
   std::vector<int> groups;
   for (uint32_t g = 0; g < hs.num_groups; ++g) groups.push_back(collector.store().AddGroup(static_cast<int>(hs.group_rows)));
@@ -79,6 +92,12 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
     spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
   collector.CreateStore(spec.observation.numel(), spec.action, use_state ? parts.options.global_state->numel() : 0,
                         static_cast<int>(spec.num_agents));
+  memory_inputs.parameters = 0;
+  for (const auto& p : parts.acting->parameters()) memory_inputs.parameters += p.numel();
+  memory_inputs.bytes_per_row_step = collector.store().bytes_per_row_step();
+  memory_inputs.activation_floats_per_row =
+      ActivationFloatsPerRow(parts.hidden, spec.action.head_size(), spec.observation.shape,
+                             parts.options.encoder == Encoder::kCnn);
   trainer = std::make_unique<TrainerThread>(config, device, run_dir->checkpoints(), parts.training,
                                             std::move(parts.trainer), [this](std::shared_ptr<TrainResult> r) {
                                               Work done;

@@ -1,0 +1,82 @@
+// What a run is expected to hold in memory, and the budget it must fit (issue 19, memory pressure).
+//
+// EstimateRunMemory sizes a run from what the first Hello fixes (the policy's parameters, the bytes a row
+// records per step) and the rows of the workers joined so far: the acting and training copies of the policy,
+// gradients and Adam's moments, the trajectory arenas (one rollout in sync mode, two in async mode: one
+// recorded while the other trains), the update's copy of a rollout, and one minibatch's activations. It is an
+// upper estimate, not a measurement: the learner checks it at every Hello against learner.memory_budget_mb, or,
+// when that is 0, against the process's own limit (DetectMemoryLimit: a cgroup's memory.max or
+// memory.limit_in_bytes, RLIMIT_AS) less what the process used when it started. A run that cannot fit is
+// refused at its first Hello with the figures (the run stops in order, exit status 1); a worker whose rows
+// would not fit is refused, and the run trains on with the others.
+//
+// Threading: plain values and functions; DetectMemoryLimit and ProcessMemoryUsed read /proc and /sys.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+
+namespace farm {
+
+struct RunMemory {
+  int64_t model = 0;        // the acting and training copies of the policy
+  int64_t optimizer = 0;    // gradients and Adam's two moments
+  int64_t store = 0;        // trajectory arenas
+  int64_t update = 0;       // the update's copy of a rollout (inputs, advantages, returns)
+  int64_t activations = 0;  // one minibatch's forward and backward
+  int64_t total() const { return model + optimizer + store + update + activations; }
+  // "1,234.5 MiB (store 1,000.0, update 200.0, model 1.2, optimizer 2.4, activations 30.9)"
+  std::string Describe() const;
+};
+
+struct RunMemoryInputs {
+  int64_t parameters = 0;                 // the policy's parameter count (actor, critic, log-std)
+  int64_t bytes_per_row_step = 0;         // TrajectoryStore::bytes_per_row_step
+  int64_t rows = 0;                       // agent rows of the workers joined, this one included
+  int64_t activation_floats_per_row = 0;  // ActivationFloatsPerRow
+};
+
+// Floats one row's forward leaves for the backward, actor and critic together: every hidden and output width,
+// and the cnn encoder's two conv maps per [C, H, W] input.
+int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size,
+                               const std::vector<int64_t>& observation_shape, bool cnn);
+
+RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async);
+
+struct MemoryLimit {
+  int64_t bytes = 0;
+  std::string source;  // "cgroup memory.max (/sys/fs/cgroup/...)", "RLIMIT_AS (ulimit -v)"
+};
+
+// A cgroup limit file's content: "max" (v2) or a figure of 2^62 and more (v1's "unlimited") is none.
+std::optional<int64_t> ParseCgroupLimit(const std::string& text);
+
+// The tightest of the process's cgroup memory limit (v2, then v1) and RLIMIT_AS; none when neither is set.
+// `sys_root` and `proc_self` are for tests.
+std::optional<MemoryLimit> DetectMemoryLimit(const std::string& sys_root = "/sys/fs/cgroup",
+                                             const std::string& proc_self = "/proc/self");
+
+// What counts against `limit` already: the cgroup's memory.current for a cgroup limit, the process's VmSize for
+// RLIMIT_AS; 0 when unreadable.
+int64_t ProcessMemoryUsed(const MemoryLimit& limit, const std::string& sys_root = "/sys/fs/cgroup",
+                          const std::string& proc_self = "/proc/self");
+
+// The budget a run's estimate must fit: learner.memory_budget_mb when positive; when 0, the process's limit less
+// `used_at_start`; none when -1 or when no limit is set. `source` says which, for messages.
+struct MemoryBudget {
+  int64_t bytes = 0;
+  std::string source;
+};
+std::optional<MemoryBudget> ResolveMemoryBudget(int64_t budget_mb, const std::optional<MemoryLimit>& limit,
+                                                int64_t used_at_start);
+
+// Ok, or InvalidArgument naming the estimate, its parts, the budget and where it comes from. `what`: "the run"
+// or "the run with worker w-3".
+Status CheckRunMemory(const RunMemory& need, const std::optional<MemoryBudget>& budget, const std::string& what);
+
+}  // namespace farm

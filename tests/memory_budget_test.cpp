@@ -1,0 +1,153 @@
+// The run's memory estimate and budget (learner/memory_budget.h): the figures, the limits read from a cgroup
+// and /proc (fake trees here), and the messages that name them.
+#include "learner/memory_budget.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#undef CHECK
+#include <catch2/catch.hpp>
+
+namespace farm {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct FakeTree {
+  fs::path root = fs::temp_directory_path() / ("farm-memory-" + std::to_string(::getpid()) + "-" +
+                                                 std::to_string(reinterpret_cast<uintptr_t>(this)));
+  FakeTree() { fs::create_directories(root); }
+  ~FakeTree() { fs::remove_all(root); }
+  void Write(const std::string& rel, const std::string& text) {
+    const fs::path p = root / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  std::string sys() const { return (root / "sys").string(); }
+  std::string proc() const { return (root / "proc").string(); }
+};
+
+// RLIMIT_AS as it is for the test process (unlimited unless the test runs under ulimit -v).
+bool AddressSpaceUnlimited() {
+  rlimit rl{};
+  return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY;
+}
+
+}  // namespace
+
+TEST_CASE("EstimateRunMemory: the parts, each from its own inputs", "[memory]") {
+  PpoConfig ppo;
+  ppo.rollout_length = 100;
+  ppo.num_minibatches = 4;
+  RunMemoryInputs in;
+  in.parameters = 1000;
+  in.bytes_per_row_step = 50;
+  in.rows = 16;
+  in.activation_floats_per_row = 10;
+  const RunMemory sync = EstimateRunMemory(in, ppo, /*async=*/false);
+  CHECK(sync.model == 8000);      // two copies of 1000 floats
+  CHECK(sync.optimizer == 12000); // gradients and two moments
+  CHECK(sync.store == 16 * 100 * 50);
+  CHECK(sync.update == 16 * 100 * 50 + 16 * 100 * 8);
+  CHECK(sync.activations == 400 * 10 * 4 * 3);  // minibatches of 1600 / 4 rows
+  CHECK(sync.total() == sync.model + sync.optimizer + sync.store + sync.update + sync.activations);
+  const RunMemory async = EstimateRunMemory(in, ppo, /*async=*/true);
+  CHECK(async.store == 2 * sync.store);  // one rollout recorded while the other trains
+  CHECK_THAT(sync.Describe(), Catch::StartsWith("0.2 MiB (store 0.1, update 0.1, model 0.0"));
+}
+
+TEST_CASE("ActivationFloatsPerRow counts both networks and the cnn's conv maps", "[memory]") {
+  // mlp [64, 64], a 2-way head: 2 * (64 + 64) + 2 + 1.
+  CHECK(ActivationFloatsPerRow({64, 64}, 2, {4}, false) == 259);
+  // cnn on [5, 7, 7]: 32 x 7 x 7 and 64 x 4 x 4 per encoder, two encoders, plus the widths.
+  CHECK(ActivationFloatsPerRow({128, 128}, 5, {5, 7, 7}, true) == 2 * 256 + 6 + 2 * (32 * 49 + 64 * 16));
+}
+
+TEST_CASE("ParseCgroupLimit: a figure, or none for max, unlimited and garbage", "[memory]") {
+  CHECK(ParseCgroupLimit("536870912\n") == std::optional<int64_t>(536870912));
+  CHECK_FALSE(ParseCgroupLimit("max\n"));
+  CHECK_FALSE(ParseCgroupLimit("9223372036854771712\n"));  // cgroup v1's "unlimited"
+  CHECK_FALSE(ParseCgroupLimit(""));
+  CHECK_FALSE(ParseCgroupLimit("12abc"));
+  CHECK_FALSE(ParseCgroupLimit("-1"));
+}
+
+TEST_CASE("DetectMemoryLimit reads the process's cgroup (v2, then v1) and ProcessMemoryUsed its usage",
+          "[memory]") {
+  if (!AddressSpaceUnlimited()) WARN("RLIMIT_AS is set for this test process: the tightest limit may be it");
+  SECTION("cgroup v2, the process's own cgroup") {
+    FakeTree t;
+    t.Write("proc/cgroup", "0::/farm.slice/learner\n");
+    t.Write("sys/farm.slice/learner/memory.max", "1073741824\n");
+    t.Write("sys/farm.slice/learner/memory.current", "104857600\n");
+    const auto limit = DetectMemoryLimit(t.sys(), t.proc());
+    REQUIRE(limit);
+    if (AddressSpaceUnlimited()) {
+      CHECK(limit->bytes == 1073741824);
+      CHECK_THAT(limit->source, Catch::Contains("memory.max") && Catch::Contains("farm.slice/learner"));
+      CHECK(ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 104857600);
+    }
+  }
+  SECTION("cgroup v2 inside a container: the namespace's root") {
+    FakeTree t;
+    t.Write("proc/cgroup", "0::/\n");
+    t.Write("sys/memory.max", "2147483648\n");
+    const auto limit = DetectMemoryLimit(t.sys(), t.proc());
+    REQUIRE(limit);
+    if (AddressSpaceUnlimited()) CHECK(limit->bytes == 2147483648);
+  }
+  SECTION("cgroup v2 without a limit, v1 with one") {
+    FakeTree t;
+    t.Write("proc/cgroup", "12:memory:/docker/abc\n0::/\n");
+    t.Write("sys/memory.max", "max\n");
+    t.Write("sys/memory/docker/abc/memory.limit_in_bytes", "536870912\n");
+    t.Write("sys/memory/docker/abc/memory.usage_in_bytes", "1048576\n");
+    const auto limit = DetectMemoryLimit(t.sys(), t.proc());
+    REQUIRE(limit);
+    if (AddressSpaceUnlimited()) {
+      CHECK(limit->bytes == 536870912);
+      CHECK_THAT(limit->source, Catch::Contains("memory.limit_in_bytes"));
+      CHECK(ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 1048576);
+    }
+  }
+  SECTION("no limit anywhere") {
+    FakeTree t;
+    t.Write("proc/cgroup", "0::/user.slice\n");
+    t.Write("sys/user.slice/memory.max", "max\n");
+    if (AddressSpaceUnlimited()) CHECK_FALSE(DetectMemoryLimit(t.sys(), t.proc()));
+  }
+  SECTION("RLIMIT_AS: the usage is the process's VmSize") {
+    FakeTree t;
+    t.Write("proc/status", "Name:\tfarm-learner\nVmPeak:\t 2000 kB\nVmSize:\t  1500 kB\nVmRSS:\t 100 kB\n");
+    CHECK(ProcessMemoryUsed(MemoryLimit{1 << 30, "RLIMIT_AS (ulimit -v)"}, t.sys(), t.proc()) == 1500 * 1024);
+  }
+}
+
+TEST_CASE("ResolveMemoryBudget and CheckRunMemory: which budget, and a message with the figures", "[memory]") {
+  const MemoryLimit limit{1024ll << 20, "RLIMIT_AS (ulimit -v)"};
+  auto explicit_budget = ResolveMemoryBudget(64, limit, 100ll << 20);
+  REQUIRE(explicit_budget);
+  CHECK(explicit_budget->bytes == 64ll << 20);  // the config's figure wins over the limit
+  CHECK(explicit_budget->source == "learner.memory_budget_mb");
+  auto automatic = ResolveMemoryBudget(0, limit, 100ll << 20);
+  REQUIRE(automatic);
+  CHECK(automatic->bytes == 924ll << 20);  // the limit less what was in use at start
+  CHECK_THAT(automatic->source, Catch::Contains("RLIMIT_AS") && Catch::Contains("1024.0 MiB"));
+  CHECK_FALSE(ResolveMemoryBudget(0, std::nullopt, 0));  // no limit: no check
+  CHECK_FALSE(ResolveMemoryBudget(-1, limit, 0));        // -1: no check
+
+  RunMemory need;
+  need.store = 100ll << 20;
+  need.update = 50ll << 20;
+  CHECK(CheckRunMemory(need, automatic, "the run").ok());
+  CHECK(CheckRunMemory(need, std::nullopt, "the run").ok());
+  const Status s = CheckRunMemory(need, explicit_budget, "the run with worker w-3");
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("the run with worker w-3 needs about 150.0 MiB (store 100.0, update 50.0") &&
+                              Catch::Contains("memory budget is 64.0 MiB (learner.memory_budget_mb)"));
+}
+
+}  // namespace farm
