@@ -168,11 +168,14 @@ Status ReadRunState(torch::serialize::InputArchive& archive, const std::string& 
 Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim::Optimizer& optimizer,
                       const TrainingCounters& c, std::string* written_path, const LossScaler* scaler, int keep,
                       const RunState* state) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
+  CheckpointBytes bytes;
+  if (auto s = SerializeCheckpoint(policy, optimizer, c, scaler, state, &bytes); !s.ok()) return s;
+  return WriteCheckpoint(dir, bytes, keep, written_path);
+}
+
+Status SerializeCheckpoint(ActorCritic& policy, torch::optim::Optimizer& optimizer, const TrainingCounters& c,
+                           const LossScaler* scaler, const RunState* state, CheckpointBytes* out) {
   const std::string name = fmt::format("ckpt-{:08d}.pt", c.updates);
-  const std::string path = dir + "/" + name;
   // Serialised into memory first, then written with the checked, fsynced WriteFileAtomic: LibTorch's own file
   // writer (1.13) throws from a destructor when the disk fills up, which no catch can stop from terminating.
   std::ostringstream bytes;
@@ -194,9 +197,20 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
     if (state) WriteRunState(archive, *state);
     archive.save_to(bytes);
   } catch (const c10::Error& e) {
-    return Status::IoError(fmt::format("{}: cannot serialise the checkpoint: {}", path, e.what_without_backtrace()));
+    return Status::IoError(fmt::format("{}: cannot serialise the checkpoint: {}", name, e.what_without_backtrace()));
   }
-  const std::string data = bytes.str();
+  out->name = name;
+  out->data = bytes.str();
+  return Status::Ok();
+}
+
+Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int keep, std::string* written_path) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
+  const std::string& name = bytes.name;
+  const std::string& data = bytes.data;
+  const std::string path = dir + "/" + name;
   if (auto s = WriteFileAtomic(path, data); !s.ok()) return s;
   // A checkpoint counts once `latest` names it; if its checksum or `latest` cannot be written, it is removed again
   // (a checkpoint without its checksum would only be skipped by --resume), and `latest` stays on the previous one.

@@ -74,6 +74,17 @@ Status SaveCheckpoint(const std::string& dir, ActorCritic& policy, torch::optim:
                       const TrainingCounters& counters, std::string* written_path = nullptr,
                       const LossScaler* scaler = nullptr, int keep = 0, const RunState* state = nullptr);
 
+// SaveCheckpoint in two steps, so that the disk can be left to another thread (learner/checkpoint_writer.h):
+// SerializeCheckpoint reads the policy and optimizer into memory (needs them idle; no file is touched), and
+// WriteCheckpoint writes those bytes as SaveCheckpoint does (checksum, `latest`, pruning to `keep`).
+struct CheckpointBytes {
+  std::string name;  // ckpt-<updates>.pt
+  std::string data;
+};
+Status SerializeCheckpoint(ActorCritic& policy, torch::optim::Optimizer& optimizer, const TrainingCounters& counters,
+                           const LossScaler* scaler, const RunState* state, CheckpointBytes* out);
+Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int keep, std::string* written_path);
+
 // Loads a checkpoint written by SaveCheckpoint into `policy` and `optimizer`
 // (same architecture) and `counters`. A non-null `scaler` gets the stored
 // "loss_scaler" state; a checkpoint without one (older, or saved without a

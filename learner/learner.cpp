@@ -202,7 +202,11 @@ RunStats::Outside Learner::Impl::Outside() const {
 void Learner::Impl::ShowProgress(bool force) {
   const auto now = Clock::now();
   if (!force && Seconds(now - reporting.last_progress) < config.learner.progress_interval_s) return;
-  reporting.progress.Show(stats.StatusLine(Outside(), now));
+  std::string line = stats.StatusLine(Outside(), now);
+  // A checkpoint write that is taking long (a slow disk): shown while it lasts; updates and serving go on.
+  if (const double behind = trainer ? trainer->checkpoint_write_seconds() : 0; behind >= 1.0)
+    line += fmt::format(" | checkpoint write {:.0f} s", behind);
+  reporting.progress.Show(line);
   reporting.last_progress = now;
 }
 
@@ -214,6 +218,8 @@ nlohmann::json Learner::Impl::Summary() const {
   // The update's implementation: fused (CPU), graphed (CUDA graphs; its first update is LibTorch's) or libtorch.
   s["update_path"] = update.path;
   s["checkpoints_failed"] = reporting.checkpoints_failed;
+  // Periodic checkpoints replaced by a newer one while the disk was still writing an older one.
+  s["checkpoints_skipped"] = trainer ? trainer->checkpoints_skipped() : 0;
   s["write_errors"] = reporting.write_errors;
   s["graphed_updates"] = update.graphed;
   const int64_t agents = registry.has_run() ? registry.run().num_agents : 1;
@@ -244,7 +250,9 @@ Status Learner::Run(nlohmann::json* summary) {
     if (!m.outcome.serve_failure.ok()) {
       // Serving failed: nothing more is served (it would likely fail again); only the update in flight is awaited.
       batch.erase(std::remove_if(batch.begin(), batch.end(),
-                                 [](const Work& w) { return w.kind != Work::Kind::kTrainerDone; }),
+                                 [](const Work& w) {
+                                   return w.kind != Work::Kind::kTrainerDone && w.kind != Work::Kind::kCheckpointDone;
+                                 }),
                   batch.end());
     }
     m.inference.Begin("a batch of requests");

@@ -150,7 +150,8 @@ struct Learner::Impl {
   void UpdateReadyHint();
   void ShowProgress(bool force);
   void NoteWriteError(const Status& s);
-  void NoteCheckpoint(const Status& s);
+  // `which`: the checkpoint's file name, or "of update N" when it could not even be serialised.
+  void NoteCheckpoint(const Status& s, const std::string& which);
   void Reply(const std::string& identity, const wire::Envelope& env) { reply->Send(identity, env); }
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
                   wire::Error::Code code = wire::Error::FATAL);

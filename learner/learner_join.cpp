@@ -104,6 +104,13 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                                               done.kind = Work::Kind::kTrainerDone;
                                               done.result = std::move(r);
                                               (void)batcher.PushFront(std::move(done));  // closed: shutting down
+                                            },
+                                            [this](const Status& s, const std::string&, const std::string& name) {
+                                              Work done;
+                                              done.kind = Work::Kind::kCheckpointDone;
+                                              done.identity = name;
+                                              done.status = s;
+                                              (void)batcher.PushFront(std::move(done));  // closed: shutting down
                                             });
   update.path = trainer->update_path();
   registry.SetRun(spec);

@@ -143,6 +143,9 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
       case Work::Kind::kTrainerDone:
         OnTrainerDone(*w.result);
         break;
+      case Work::Kind::kCheckpointDone:
+        NoteCheckpoint(w.status, w.identity);
+        break;
       case Work::Kind::kHeartbeat: {
         // The I/O thread answers admitted workers' heartbeats itself; this one's worker was not admitted when it
         // arrived (it may have been since, in this batch).
@@ -237,7 +240,7 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
     reporting.tensorboard->AddScalars(stats.TensorBoardScalars(o), stats.env_steps, UnixNow());
     if (auto s = reporting.tensorboard->Flush(); !s.ok()) NoteWriteError(s);
   }
-  if (r.checkpoint_due) NoteCheckpoint(r.checkpoint);
+  if (r.checkpoint_due && !r.checkpoint.ok()) NoteCheckpoint(r.checkpoint, "of update " + std::to_string(stats.updates));
   if (r.failed) {
     outcome.stopping = true;
     outcome.update_failed = true;
@@ -271,7 +274,7 @@ void Learner::Impl::NoteWriteError(const Status& s) {
 // How a periodic checkpoint went. A failure is logged with the file and the OS's reason, and counted; after
 // learner.max_failed_checkpoints in a row (0: never) the run stops in order rather than train on with nothing
 // saved. The previous checkpoints are kept.
-void Learner::Impl::NoteCheckpoint(const Status& s) {
+void Learner::Impl::NoteCheckpoint(const Status& s, const std::string& which) {
   if (s.ok()) {
     reporting.failed_checkpoints_in_a_row = 0;
     return;
@@ -279,8 +282,8 @@ void Learner::Impl::NoteCheckpoint(const Status& s) {
   ++reporting.checkpoints_failed;
   ++reporting.failed_checkpoints_in_a_row;
   const int limit = config.learner.max_failed_checkpoints;
-  spdlog::error("checkpoint of update {} not written: {} ({} in a row; the previous checkpoints are kept{})",
-                stats.updates, s.message(), reporting.failed_checkpoints_in_a_row,
+  spdlog::error("checkpoint {} not written: {} ({} in a row; the previous checkpoints are kept{})", which,
+                s.message(), reporting.failed_checkpoints_in_a_row,
                 limit > 0 ? fmt::format("; the run stops after {} in a row, learner.max_failed_checkpoints", limit)
                           : std::string());
   if (limit > 0 && reporting.failed_checkpoints_in_a_row >= limit && !outcome.stopping)

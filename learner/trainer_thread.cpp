@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "learner/cuda_graph.h"
 #include "learner/device.h"
@@ -13,6 +14,15 @@
 namespace farm {
 namespace {
 double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+// FARM_TEST_SLOW_CHECKPOINT_MS=N: every checkpoint write waits N ms first (a slow disk, for tests and benchmarks).
+std::function<void()> SlowDiskForTests() {
+  const char* v = std::getenv("FARM_TEST_SLOW_CHECKPOINT_MS");
+  const long ms = v ? std::strtol(v, nullptr, 10) : 0;
+  if (ms <= 0) return {};
+  spdlog::warn("FARM_TEST_SLOW_CHECKPOINT_MS={}: every checkpoint write waits {} ms (a simulated slow disk)", ms, ms);
+  return [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+}
+
 std::string ErrorText(const std::exception& e) {
   const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
   return torch_error ? torch_error->what_without_backtrace() : e.what();
@@ -21,13 +31,15 @@ std::string ErrorText(const std::exception& e) {
 
 TrainerThread::TrainerThread(const FarmConfig& config, torch::Device device, std::string checkpoint_dir,
                              ActorCritic training, std::unique_ptr<PpoTrainer> trainer,
-                             std::function<void(std::shared_ptr<TrainResult>)> on_done)
+                             std::function<void(std::shared_ptr<TrainResult>)> on_done,
+                             CheckpointWriter::Done on_checkpoint)
     : config_(config),
       device_(device),
       checkpoint_dir_(std::move(checkpoint_dir)),
       training_(std::move(training)),
       trainer_(std::move(trainer)),
-      on_done_(std::move(on_done)) {
+      on_done_(std::move(on_done)),
+      writer_(checkpoint_dir_, config.learner.keep_checkpoints, std::move(on_checkpoint), SlowDiskForTests()) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -60,8 +72,11 @@ void TrainerThread::CopyWeightsTo(ActorCriticImpl& acting) {
 
 Status TrainerThread::FinalCheckpoint(const TrainingCounters& counters, RunState state, std::string* path) {
   state.rng[kRngTrainer] = GeneratorState(trainer_->generator());  // idle: no update in flight
-  return SaveCheckpoint(checkpoint_dir_, training_, trainer_->optimizer(), counters, path, &trainer_->scaler(),
-                        config_.learner.keep_checkpoints, &state);
+  CheckpointBytes bytes;
+  if (auto s = SerializeCheckpoint(training_, trainer_->optimizer(), counters, &trainer_->scaler(), &state, &bytes);
+      !s.ok())
+    return s;
+  return writer_.WriteNow(std::move(bytes), path);  // after any periodic one still being written
 }
 
 std::string TrainerThread::update_path() const {
@@ -103,8 +118,11 @@ void TrainerThread::Loop() {
         // A failed checkpoint (a full disk, say) is reported to the inference thread, which counts it and stops
         // the run after learner.max_failed_checkpoints in a row; the previous checkpoints stay as they were.
         result->checkpoint_due = true;
-        result->checkpoint = SaveCheckpoint(checkpoint_dir_, training_, trainer_->optimizer(), job.counters, nullptr,
-                                            &trainer_->scaler(), config_.learner.keep_checkpoints, &job.state);
+        // Serialised here (the weights are this thread's until the result is taken), written by the writer.
+        CheckpointBytes bytes;
+        result->checkpoint = SerializeCheckpoint(training_, trainer_->optimizer(), job.counters, &trainer_->scaler(),
+                                                 &job.state, &bytes);
+        if (result->checkpoint.ok()) writer_.Submit(std::move(bytes));
       }
     } catch (const std::exception& e) {
       // Any exception is a failed update: the run stops on it, with no checkpoint after it, never by std::terminate.

@@ -1,8 +1,10 @@
 // TrainerThread: the only owner of the training copy of the policy and its
 // PpoTrainer (optimizer, loss scaler, minibatch generator). It runs each PPO
 // update it is handed on its own thread (on CUDA, on its own stream) and
-// writes every checkpoint: the periodic ones after an update, and the final
-// one. The inference thread reaches the training copy only through
+// makes every checkpoint: the periodic ones after an update, and the final
+// one; it serialises them into memory and its CheckpointWriter writes them
+// on a thread of its own (a slow disk delays neither updates nor serving).
+// The inference thread reaches the training copy only through
 // CopyWeightsTo, while no job is in flight.
 //
 // Threading: Submit, busy, CopyWeightsTo, FinalCheckpoint and the accessors
@@ -24,6 +26,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "learner/checkpoint.h"
+#include "learner/checkpoint_writer.h"
 #include "learner/policy.h"
 #include "learner/ppo.h"
 #include "learner/work.h"
@@ -32,9 +35,12 @@ namespace farm {
 
 class TrainerThread {
  public:
-  // `training` is on `device`; `trainer` trains it. Checkpoints go to `checkpoint_dir`.
+  // `training` is on `device`; `trainer` trains it. Checkpoints go to `checkpoint_dir`; each periodic one's
+  // outcome goes to `on_checkpoint` (on the writer's thread). FARM_TEST_SLOW_CHECKPOINT_MS (an environment
+  // variable, for tests and benchmarks) makes each checkpoint write wait that long first: a slow disk.
   TrainerThread(const FarmConfig& config, torch::Device device, std::string checkpoint_dir, ActorCritic training,
-                std::unique_ptr<PpoTrainer> trainer, std::function<void(std::shared_ptr<TrainResult>)> on_done);
+                std::unique_ptr<PpoTrainer> trainer, std::function<void(std::shared_ptr<TrainResult>)> on_done,
+                CheckpointWriter::Done on_checkpoint);
   ~TrainerThread();
   TrainerThread(const TrainerThread&) = delete;
   TrainerThread& operator=(const TrainerThread&) = delete;
@@ -58,6 +64,9 @@ class TrainerThread {
   // As the last update ran: "fused", "graphed" (CUDA graphs; the first update is LibTorch's) or "libtorch".
   std::string update_path() const;
   int64_t graphed_updates() const;
+  // The checkpoint write in flight, seconds so far (0: none); periodic checkpoints the disk was too slow for.
+  double checkpoint_write_seconds() const { return writer_.in_flight_seconds(); }
+  int64_t checkpoints_skipped() const { return writer_.skipped(); }
 
  private:
   void Loop();
@@ -71,6 +80,7 @@ class TrainerThread {
   Channel<TrainJob> jobs_{1};
   bool busy_ = false;  // the inference thread's view
   std::atomic<bool> cancel_{false};
+  CheckpointWriter writer_;  // destroyed after the trainer thread is joined: writes what is waiting
   std::thread thread_;
 };
 

@@ -23,17 +23,20 @@ struct TrainResult {
   std::string update_path;  // fused | graphed | libtorch
   int64_t graphed_updates = 0;
   bool checkpoint_due = false;   // the update was to be checkpointed
-  Status checkpoint;             // when due: how writing it went (IoError naming the file and the OS's reason)
+  // When due: how serialising it went; its bytes went to the CheckpointWriter, whose outcome arrives as
+  // Work kCheckpointDone.
+  Status checkpoint;
 };
 
 // An item for the inference thread.
 struct Work {
-  enum class Kind { kHello, kStep, kReplay, kHeartbeat, kTrainerDone, kStop };
+  enum class Kind { kHello, kStep, kReplay, kHeartbeat, kTrainerDone, kCheckpointDone, kStop };
   Kind kind = Kind::kStep;
   std::string identity;
   wire::Envelope msg;  // Hello, StepRequest or Heartbeat
   int64_t rows = 0;    // the batcher's row count (a StepRequest's observations)
   std::shared_ptr<TrainResult> result;  // kTrainerDone
+  Status status;                        // kCheckpointDone: how writing it went (identity: the checkpoint's name)
 };
 
 // A rollout for the trainer thread, with what a checkpoint after it needs.

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/files.h"
 #include "learner/checkpoint.h"
+#include "learner/checkpoint_writer.h"
 #include "learner/metrics.h"
 #include "tests/file_size_limit.h"
 
@@ -239,4 +242,74 @@ TEST_CASE("MetricsWriter: a row that does not fit is cut off again, the file kee
   while (std::getline(in, line)) updates.push_back(nlohmann::json::parse(line)["update"].get<int>());
   CHECK(updates == std::vector<int>{1, 3});
   std::filesystem::remove(path);
+}
+
+TEST_CASE("CheckpointWriter: writes in order off the caller's thread, a newer checkpoint replaces one still waiting",
+          "[checkpoint]") {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("farm-ckpt-writer-" + std::to_string(::getpid()))).string();
+  (void)RemoveTree(dir);
+  // The first write blocks until released: a slow disk, with no sleeps in the test.
+  std::promise<void> started, release;
+  std::shared_future<void> release_f = release.get_future().share();
+  std::atomic<int> writes{0};
+  auto before_write = [&] {
+    if (writes.fetch_add(1) == 0) {
+      started.set_value();
+      release_f.wait();
+    }
+  };
+  std::mutex mu;
+  std::vector<std::pair<std::string, bool>> done;  // GUARDED_BY(mu): name, ok
+  auto bytes = [](int u) { return CheckpointBytes{"ckpt-0000000" + std::to_string(u) + ".pt", "data " + std::to_string(u)}; };
+  {
+    CheckpointWriter writer(dir, /*keep=*/0,
+                            [&](const Status& s, const std::string& path, const std::string& name) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              done.emplace_back(name, s.ok() && path == dir + "/" + name);
+                            },
+                            before_write);
+    writer.Submit(bytes(1));
+    started.get_future().wait();  // checkpoint 1 is being written (and blocked)
+    CHECK(writer.in_flight_seconds() > 0);
+    writer.Submit(bytes(2));  // waits
+    writer.Submit(bytes(3));  // replaces 2, which is never written
+    CHECK(writer.skipped() == 1);
+    CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000001.pt"));
+    release.set_value();
+    std::string path;
+    REQUIRE(writer.WriteNow(bytes(4), &path).ok());  // after 1 and 3
+    CHECK(path == dir + "/ckpt-00000004.pt");
+    CHECK(writer.in_flight_seconds() == 0);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(done.size() == 2);  // the periodic ones: 1 and 3, in order; WriteNow's outcome is its return value
+  CHECK(done[0] == std::make_pair(std::string("ckpt-00000001.pt"), true));
+  CHECK(done[1] == std::make_pair(std::string("ckpt-00000003.pt"), true));
+  CHECK(std::filesystem::exists(dir + "/ckpt-00000001.pt"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000002.pt"));
+  CHECK(std::filesystem::exists(dir + "/ckpt-00000003.pt.crc32c"));
+  std::ifstream latest(dir + "/latest");
+  std::string name;
+  latest >> name;
+  CHECK(name == "ckpt-00000004.pt");
+  (void)RemoveTree(dir);
+}
+
+TEST_CASE("CheckpointWriter: a write that fails is reported, to on_done or by WriteNow", "[checkpoint]") {
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("farm-ckpt-writer-fail-" + std::to_string(::getpid()))).string();
+  (void)RemoveTree(base);
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/checkpoints") << "a file where the directory should be";
+  std::promise<Status> periodic;
+  CheckpointWriter writer(base + "/checkpoints", 0, [&](const Status& s, const std::string&, const std::string&) {
+    periodic.set_value(s);
+  });
+  writer.Submit(CheckpointBytes{"ckpt-00000001.pt", "x"});
+  const Status s = periodic.get_future().get();
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains(base + "/checkpoints"));
+  CHECK_FALSE(writer.WriteNow(CheckpointBytes{"ckpt-00000002.pt", "y"}, nullptr).ok());
+  (void)RemoveTree(base);
 }

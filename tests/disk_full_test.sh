@@ -38,7 +38,7 @@ pids+=("$learner")
 worker "$tmp/e2" "$tmp/worker2.log" || fail "worker 2 did not end on the learner's Stop: $(tail -3 "$tmp/worker2.log")"
 wait "$learner" || rc=$?
 [ "$rc" -eq 1 ] || { tail -20 "$tmp/learner2.log"; fail "expected exit status 1 from the learner out of space, got $rc"; }
-grep -q "checkpoint of update [0-9]* not written: .*ckpt-[0-9]*\.pt.*File too large" "$tmp/learner2.log" ||
+grep -q "checkpoint ckpt-[0-9]*\.pt not written: .*ckpt-[0-9]*\.pt.*File too large" "$tmp/learner2.log" ||
   { tail -20 "$tmp/learner2.log"; fail "no log line naming the checkpoint that could not be written and why"; }
 grep -q "stopping: 3 checkpoints in a row could not be written (learner.max_failed_checkpoints)" "$tmp/learner2.log" ||
   { tail -20 "$tmp/learner2.log"; fail "the learner did not stop after 3 failed checkpoints in a row"; }
