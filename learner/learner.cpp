@@ -294,7 +294,8 @@ Status Learner::Run(nlohmann::json* summary) {
       o.stop_reason = "the PPO update failed (non-finite parameters)";
     }
     if (o.update_failed) {
-      spdlog::error("no final checkpoint: the last update diverged; the newest checkpoint is the last good one");
+      spdlog::error("no final checkpoint: the last update {}; the newest checkpoint is the last good one",
+                    o.update_error.empty() ? "diverged" : "failed (" + o.update_error + ")");
     } else if (m.trainer && o.start_failure.ok()) {
       const TrainingCounters c{m.stats.env_steps, m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
                                m.stats.Wall()};
@@ -322,7 +323,9 @@ Status Learner::Run(nlohmann::json* summary) {
   if (auto st = WriteFileAtomic(m.run_dir->file("summary.json"), s.dump(2) + "\n"); !st.ok()) return st;
   if (summary) *summary = s;
   if (m.outcome.update_failed)
-    return Status::InvalidArgument(m.outcome.stop_reason + " (see metrics.jsonl; lower ppo.lr?)");
+    return Status::InvalidArgument(m.outcome.stop_reason + (m.outcome.update_error.empty()
+                                                                ? " (see metrics.jsonl; lower ppo.lr?)"
+                                                                : " (the previous checkpoints are kept)"));
   if (!m.outcome.serve_failure.ok()) return m.outcome.serve_failure;
   // Stopped for want of checkpoints, or the final one failed: the run's state is not all on disk; say so in the
   // exit status too (summary.json, written above, has checkpoints_failed).

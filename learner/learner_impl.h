@@ -77,6 +77,7 @@ struct Outcome {
   // An update produced a non-finite loss or parameters: no checkpoint is written after it (`latest` stays on the
   // last good one); Run returns an error.
   bool update_failed = false;
+  std::string update_error;  // set when an exception (not a divergence) ended the update: out of memory, say
   // An exception escaped the serving of a batch (a LibTorch or CUDA error, say): the run stops, with its final
   // checkpoint (the trainer's policy is not touched by serving), and Run returns this.
   Status serve_failure;

@@ -244,7 +244,9 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   if (r.failed) {
     outcome.stopping = true;
     outcome.update_failed = true;
-    outcome.stop_reason = "the PPO update failed (non-finite loss or parameters)";
+    outcome.update_error = r.error;
+    outcome.stop_reason = r.error.empty() ? "the PPO update failed (non-finite loss or parameters)"
+                                          : "the PPO update failed: " + r.error;
   }
   PhaseTimer timer(stats, Phase::kHandoff);
   // Requests held for this update (sync), or a full rollout waiting for the trainer (async).

@@ -24,8 +24,9 @@ std::function<void()> SlowDiskForTests() {
 }
 
 std::string ErrorText(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  return torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) return torch_error->what_without_backtrace();
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return std::string("out of memory: an allocation failed (") + e.what() + ")";
+  return e.what();
 }
 }  // namespace
 
@@ -126,7 +127,8 @@ void TrainerThread::Loop() {
       }
     } catch (const std::exception& e) {
       // Any exception is a failed update: the run stops on it, with no checkpoint after it, never by std::terminate.
-      spdlog::error("PPO update failed: {}", ErrorText(e));
+      result->error = ErrorText(e);
+      spdlog::error("PPO update failed: {}", result->error);
       result->stats.policy_loss = std::nan("");
     }
     result->failed = !std::isfinite(result->stats.policy_loss);

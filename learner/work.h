@@ -20,6 +20,7 @@ struct TrainResult {
   int64_t version = 0;     // version the update produced
   bool cancelled = false;  // cut short by a stop request: fewer epochs than configured ran
   bool failed = false;     // non-finite loss or parameters, or an exception: the run stops, nothing saved after it
+  std::string error;       // the exception's text when one ended the update (out of memory, say); empty otherwise
   std::string update_path;  // fused | graphed | libtorch
   int64_t graphed_updates = 0;
   bool checkpoint_due = false;   // the update was to be checkpointed

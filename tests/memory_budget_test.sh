@@ -7,6 +7,8 @@
 #     and the run trains to the end with the first.
 #  3. The process's own limit (ulimit -v, learner.memory_budget_mb 0): a store that cannot fit under it is
 #     refused at the first Hello with the figure and the limit's source.
+#  4. The same with the check off (learner.memory_budget_mb -1): an allocation fails mid-run; the learner says
+#     it ran out of memory (not a divergence, not an abort), tells the worker to stop and exits with status 1.
 # Usage: memory_budget_test.sh BUILD_DIR
 build_dir="$(cd "$1" && pwd)"
 source "$(dirname "$0")/lib.sh"
@@ -99,3 +101,21 @@ wait "$worker" || true
 grep -q "memory budget is .* MiB (RLIMIT_AS (ulimit -v) of" "$tmp/l5.log" ||
   { cat "$tmp/l5.log"; fail "the refusal does not name the limit"; }
 echo "ok: $(grep -o 'the run needs about.*' "$tmp/l5.log" | head -1)"
+
+# --- 4. the check off: an allocation fails mid-run ------------------------------------------------
+endpoint="tcp://127.0.0.1:$(free_port)"
+( ulimit -v "$limit_kib"
+  exec "$learner_bin" --config "$config" --set "transport.bind=$endpoint" --set run_dir="$tmp/run6" \
+    --set env.num_envs=8192 --set ppo.rollout_length=1024 --set learner.memory_budget_mb=-1 \
+    --set total_env_steps=30000000 --set stop_at_target=false --set learner.progress_interval_s=100 ) > "$tmp/l6.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+worker "$tmp/w6.log" --set env.num_envs=8192
+rc=0; wait "$learner" || rc=$?
+wrc=0; wait "$worker" || wrc=$?
+[ "$rc" -eq 1 ] || { cat "$tmp/l6.log"; fail "the learner that ran out of memory exited $rc, expected 1"; }
+grep -Eq "can't allocate memory|out of memory" "$tmp/l6.log" || { cat "$tmp/l6.log"; fail "no word of memory"; }
+! grep -q "non-finite" "$tmp/l6.log" || { cat "$tmp/l6.log"; fail "an allocation failure was reported as a divergence"; }
+[ "$wrc" -eq 0 ] || { cat "$tmp/w6.log"; fail "the worker was not told to stop ($wrc)"; }
+grep -q "learner says stop" "$tmp/w6.log" || { cat "$tmp/w6.log"; fail "the worker did not hear Stop"; }
+echo "ok: $(grep -Eo "stopping: .*" "$tmp/l6.log" | head -1)"
