@@ -149,6 +149,10 @@ wait_rows "$run" 3
 # (and -cN after N reconnections; under load the learner may have dropped it before it was frozen).
 frozen="${workers[0]}"
 drops() { grep -c "dropped worker worker-[^ ]*-$frozen\(-c[0-9]*\)\?:" "$tmp/learner-stall.log" || true; }
+# Frozen only once it has joined: a worker stopped before its Hello is never dropped (it never joined), and the
+# other worker would finish the run alone.
+joined() { grep -q "worker worker-[^ ]*-$frozen joined" "$tmp/learner-stall.log"; }
+wait_until 60 joined || { echo "FAIL: worker 0 did not join"; tail -n 8 "$tmp"/*.log; exit 1; }
 drops_before="$(drops)"
 kill -STOP "$frozen"
 dropped() { [ "$(drops)" -gt "$drops_before" ]; }
