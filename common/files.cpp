@@ -16,6 +16,11 @@ namespace farm {
 
 Status WriteFileAtomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
+  if (auto s = WriteTempFile(tmp, text); !s.ok()) return s;
+  return CommitFile(tmp, path);
+}
+
+Status WriteTempFile(const std::string& tmp, const std::string& text) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
   std::size_t done = 0;
@@ -36,7 +41,7 @@ Status WriteFileAtomic(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     return Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(err)));
   }
-  return CommitFile(tmp, path);
+  return Status::Ok();
 }
 
 Status CommitFile(const std::string& tmp, const std::string& path) {

@@ -9,9 +9,13 @@
 
 namespace farm {
 
-// Writes `text` to `path` via `path`.tmp and CommitFile. On any failure (a full disk: ENOSPC, a file size
+// Writes `text` to `path` via WriteTempFile(`path`.tmp) and CommitFile. On any failure (a full disk: ENOSPC, a file size
 // limit: EFBIG) `path` is untouched, the temp file removed, and the error names the file and the OS's reason.
 Status WriteFileAtomic(const std::string& path, const std::string& text);
+
+// Writes `text` to `tmp` (created or truncated), not yet durable: CommitFile moves it into place. On failure
+// `tmp` is removed and the error names it and the OS's reason.
+Status WriteTempFile(const std::string& tmp, const std::string& text);
 
 // Makes a finished temp file durable and moves it into place: fsync, rename
 // over `path`, then fsync of the directory (so the rename survives a power

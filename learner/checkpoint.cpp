@@ -211,15 +211,33 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int
   const std::string& name = bytes.name;
   const std::string& data = bytes.data;
   const std::string path = dir + "/" + name;
-  if (auto s = WriteFileAtomic(path, data); !s.ok()) return s;
-  // A checkpoint counts once `latest` names it; if its checksum or `latest` cannot be written, it is removed again
-  // (a checkpoint without its checksum would only be skipped by --resume), and `latest` stays on the previous one.
+  const std::string crc_path = path + ".crc32c";
+  // The final checkpoint may have the name of the last periodic one (no update between them), which `latest`
+  // may name: both files are written in full before either replaces anything, so a full disk leaves that pair
+  // as it was. (Should the checksum's rename fail after the checkpoint's, the pair does not match and --resume
+  // skips it for the one before.)
+  const bool replacing = std::filesystem::exists(path, ec);
+  if (auto s = WriteTempFile(path + ".tmp", data); !s.ok()) return s;
   const uint32_t crc = Crc32c(data.data(), data.size());
-  Status s = WriteFileAtomic(path + ".crc32c", fmt::format("{:08x}\n", crc));
+  if (auto s = WriteTempFile(crc_path + ".tmp", fmt::format("{:08x}\n", crc)); !s.ok()) {
+    std::filesystem::remove(path + ".tmp", ec);
+    return s;
+  }
+  Status s = CommitFile(path + ".tmp", path);
+  if (!s.ok()) {
+    std::filesystem::remove(crc_path + ".tmp", ec);
+    return s;
+  }
+  s = CommitFile(crc_path + ".tmp", crc_path);
+  // A checkpoint counts once `latest` names it. A new one whose checksum or `latest` cannot be written is removed
+  // again (a checkpoint without its checksum would only be skipped by --resume), and `latest` stays on the
+  // previous one; one that replaced a checkpoint of the same name stays (`latest` may name it already).
   if (s.ok()) s = WriteFileAtomic(dir + "/latest", name + "\n");
   if (!s.ok()) {
-    std::filesystem::remove(path, ec);
-    std::filesystem::remove(path + ".crc32c", ec);
+    if (!replacing) {
+      std::filesystem::remove(path, ec);
+      std::filesystem::remove(crc_path, ec);
+    }
     return s;
   }
   // Older checkpoints are pruned only now, never to make room for one that then fails.
@@ -237,10 +255,12 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int
 std::vector<std::string> ListCheckpoints(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  // increment(ec), not a range-for: reading a directory can fail midway (EIO, ESTALE on a network disk), and
+  // the range-for's increment would throw.
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.rfind("ckpt-", 0) == 0 && name.size() > 8 && name.compare(name.size() - 3, 3, ".pt") == 0)
-      out.push_back(entry.path().string());
+      out.push_back(it->path().string());
   }
   std::sort(out.rbegin(), out.rend());  // zero-padded update counts: newest first
   return out;

@@ -3,10 +3,32 @@
 
 #include <fmt/format.h>
 
+#ifdef FARM_WITH_CUDA
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
 // OpenBLAS's setter, resolved at load time when an OpenBLAS is loaded (LibTorch's BLAS), null otherwise.
 extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 namespace farm {
+
+std::optional<int64_t> CudaFreeBytes(const torch::Device& device) {
+#ifdef FARM_WITH_CUDA
+  if (!device.is_cuda()) return std::nullopt;
+  c10::cuda::CUDAGuard guard(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // cleared: the run goes on without the check
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(free_bytes);
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
 
 void SetCpuThreads(int threads) {
   torch::set_num_threads(threads);

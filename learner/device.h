@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -17,5 +19,8 @@ Status ResolveDevice(const std::string& name, torch::Device* out);
 // otherwise runs one busy-waiting thread per core for every mid-sized GEMM: on a 2-core machine shared with
 // workers that made the acting forward at batch 256 five times slower). OpenBLAS's cap is process-wide.
 void SetCpuThreads(int threads);
+
+// The free memory of a CUDA device (cudaMemGetInfo); none on the CPU, without CUDA, or when it cannot be read.
+std::optional<int64_t> CudaFreeBytes(const torch::Device& device);
 
 }  // namespace farm

@@ -6,10 +6,14 @@
 //   inference       this file's Impl and its collaborators: WorkerRegistry,
 //                   RunNormalizer, RolloutCollector (the trajectory store and
 //                   parked requests), Acting (the acting policy), RunStats
-//   trainer         TrainerThread: the training copy, the PPO trainer, checkpoints
-// They meet through the DynamicBatcher (I/O and trainer -> inference), the
-// ReplySink (inference -> I/O), the TrainerThread's job channel (inference ->
-// trainer) and Liveness; no lock guards model state.
+//   trainer         TrainerThread: the training copy, the PPO trainer, the
+//                   periodic checkpoints' serialisation (the final one is
+//                   serialised here, on the inference thread, while it is idle)
+//   writer          CheckpointWriter (owned by TrainerThread): checkpoint files
+// They meet through the DynamicBatcher (I/O, trainer and writer -> inference),
+// the ReplySink (inference -> I/O), the TrainerThread's job channel (inference
+// -> trainer), the writer's slot and outcomes, and Liveness; no lock guards
+// model state.
 #include "learner/learner_impl.h"
 
 namespace farm {
@@ -82,14 +86,6 @@ Status Learner::Impl::Init() {
     at::globalContext().setBenchmarkCuDNN(true);
   }
   torch::manual_seed(config.seed);
-  {
-    const auto limit = DetectMemoryLimit();
-    memory_budget = ResolveMemoryBudget(config.learner.memory_budget_mb, limit,
-                                        limit ? ProcessMemoryUsed(*limit) : 0);
-    if (memory_budget)
-      spdlog::info("memory budget for the run: {:.1f} MiB ({})", static_cast<double>(memory_budget->bytes) / (1 << 20),
-                   memory_budget->source);
-  }
 
   // Transport security first: a learner that may not bind leaves no run directory behind.
   if (auto s = CheckBindPolicy(config.transport); !s.ok()) return s;
@@ -154,7 +150,7 @@ void Learner::Impl::FailStart(const std::string& why) {
 }
 
 void Learner::Impl::FailServing(const std::string& what) {
-  if (!collector.has_store()) {
+  if (!registry.has_run()) {
     // Still setting up from the first Hello (building the policy, resuming): as any failure to start, it leaves the
     // run directory as it was, with no checkpoint of a policy that may be half loaded.
     FailStart("internal error while starting: " + what);
@@ -311,6 +307,10 @@ Status Learner::Run(nlohmann::json* summary) {
   } catch (const std::exception& e) {
     spdlog::error("no final checkpoint: {}", ErrorText(e));
   }
+  // Periodic writes that ended after the batcher closed (their kCheckpointDone was dropped), or still running when
+  // there is no final checkpoint: counted before the summary is made.
+  if (m.trainer)
+    for (const auto& r : m.trainer->DrainCheckpoints()) m.NoteCheckpoint(r.status, r.name);
   m.inference.End();
   const nlohmann::json s = m.Summary();
   wire::Envelope stop;
@@ -330,7 +330,7 @@ Status Learner::Run(nlohmann::json* summary) {
   // Stopped for want of checkpoints, or the final one failed: the run's state is not all on disk; say so in the
   // exit status too (summary.json, written above, has checkpoints_failed).
   const int limit = m.config.learner.max_failed_checkpoints;
-  if (limit > 0 && m.reporting.failed_checkpoints_in_a_row >= limit)
+  if (limit > 0 && m.reporting.stopped_for_checkpoints)
     return Status::IoError(m.outcome.stop_reason + " (free space under " + m.run_dir->path() + ", then --resume)");
   if (!final_checkpoint.ok()) return Status::IoError("the final checkpoint was not written: " + final_checkpoint.message());
   return Status::Ok();

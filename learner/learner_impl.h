@@ -33,6 +33,7 @@
 #include "learner/cuda_graph.h"
 #include "learner/device.h"
 #include "learner/liveness.h"
+#include "learner/error_text.h"
 #include "learner/memory_budget.h"
 #include "learner/metrics.h"
 #include "learner/rollout_collector.h"
@@ -57,12 +58,6 @@ inline double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-inline std::string ErrorText(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  if (torch_error) return torch_error->what_without_backtrace();
-  if (dynamic_cast<const std::bad_alloc*>(&e)) return std::string("out of memory: an allocation failed (") + e.what() + ")";
-  return e.what();
-}
 
 }  // namespace learner_internal
 
@@ -106,6 +101,7 @@ struct Reporting {
   int64_t write_errors = 0;
   int64_t checkpoints_failed = 0;
   int64_t failed_checkpoints_in_a_row = 0;
+  bool stopped_for_checkpoints = false;  // the run asked to stop after learner.max_failed_checkpoints in a row
 };
 
 // A request to stop, from any thread (a signal watcher, Learner::Stop, the run itself).
@@ -157,6 +153,7 @@ struct Learner::Impl {
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
                   wire::Error::Code code = wire::Error::FATAL);
   void FailStart(const std::string& why);
+  Status CheckMemoryWith(int64_t added_rows, const std::string& what);
   void FailServing(const std::string& what);
   RunState CaptureRunState();
   RunStats::Outside Outside() const;
@@ -189,7 +186,8 @@ struct Learner::Impl {
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;
-  std::optional<MemoryBudget> memory_budget;  // resolved by Init (learner.memory_budget_mb)
+  std::optional<MemoryBudget> memory_budget;  // resolved at the first Hello (learner.memory_budget_mb)
+  std::optional<MemoryBudget> gpu_budget;     // on CUDA: the device's free memory at the first Hello
   RunMemoryInputs memory_inputs;              // the run's sizes, from the first Hello
   UpdateTrack update;
   Reporting reporting;

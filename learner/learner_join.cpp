@@ -39,17 +39,12 @@ void Learner::Impl::OnHello(Work& w) {
     ActivityScope busy(inference, "building the run from the first Hello (policy, CUDA graphs, warm-up, resume)");
     if (!BuildRunFrom(h, hs, refuse)) return;
   }
-  if (recording) {
-    // The store grows by this worker's rows: the run with it must fit the memory budget (learner/memory_budget.h).
-    RunMemoryInputs in = memory_inputs;
-    in.rows = collector.store().num_rows() + static_cast<int64_t>(hs.num_groups) * hs.group_rows;
-    const RunMemory need = EstimateRunMemory(in, config.ppo, config.mode == "async");
-    if (first) spdlog::info("expected memory with the first worker: {}", need.Describe());
-    if (auto s = CheckRunMemory(need, memory_budget, first ? "the run" : "the run with worker " + w.identity);
-        !s.ok()) {
-      if (first && registry.size() == 0) FailStart(s.message());  // no worker can join: the run stops in order
+  // The store grows by this worker's rows: the run with it must fit the memory budget (learner/memory_budget.h).
+  // (The first Hello's check is BuildRunFrom's, before it writes anything.)
+  if (!first) {
+    if (auto s = CheckMemoryWith(static_cast<int64_t>(hs.num_groups) * hs.group_rows, "the run with worker " + w.identity);
+        !s.ok())
       return refuse(s.message());
-    }
   }
   std::vector<int> groups;
   for (uint32_t g = 0; g < hs.num_groups; ++g) groups.push_back(collector.store().AddGroup(static_cast<int>(hs.group_rows)));
@@ -82,14 +77,6 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   }
   const RunSpec spec = parts.spec;
   const bool use_state = parts.options.global_state.has_value();
-  acting = std::make_unique<Acting>(config, device, precision, spec.observation, spec.action, parts.options.global_state,
-                                    spec.num_agents, parts.acting, std::move(parts.graphed), recording);
-  acting->WarmUp();
-  if (parts.resumed) ApplyResume(*parts.resumed, *parts.trainer);
-  if (auto s = WriteFileAtomic(run_dir->file("policy_spec.json"),
-                               PolicySpecJson(spec.observation, spec.action, parts.hidden, parts.options));
-      !s.ok())
-    spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
   collector.CreateStore(spec.observation.numel(), spec.action, use_state ? parts.options.global_state->numel() : 0,
                         static_cast<int>(spec.num_agents));
   memory_inputs.parameters = 0;
@@ -98,6 +85,21 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   memory_inputs.activation_floats_per_row =
       ActivationFloatsPerRow(parts.hidden, spec.action.head_size(), spec.observation.shape,
                              parts.options.encoder == Encoder::kCnn);
+  // Before anything is written (a resume's config.yaml, policy_spec.json): a run that cannot fit leaves the run
+  // directory as it was, and stops in order since no worker could join it.
+  if (auto s = CheckMemoryWith(static_cast<int64_t>(hs.num_groups) * hs.group_rows, "the run"); !s.ok()) {
+    FailStart(s.message());
+    refuse(s.message());
+    return false;
+  }
+  acting = std::make_unique<Acting>(config, device, precision, spec.observation, spec.action, parts.options.global_state,
+                                    spec.num_agents, parts.acting, std::move(parts.graphed), recording);
+  acting->WarmUp();
+  if (parts.resumed) ApplyResume(*parts.resumed, *parts.trainer);
+  if (auto s = WriteFileAtomic(run_dir->file("policy_spec.json"),
+                               PolicySpecJson(spec.observation, spec.action, parts.hidden, parts.options));
+      !s.ok())
+    spdlog::error("{}", s.message());  // eval/export will say the file is missing; training goes on
   trainer = std::make_unique<TrainerThread>(config, device, run_dir->checkpoints(), parts.training,
                                             std::move(parts.trainer), [this](std::shared_ptr<TrainResult> r) {
                                               Work done;
@@ -105,12 +107,11 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                                               done.result = std::move(r);
                                               (void)batcher.PushFront(std::move(done));  // closed: shutting down
                                             },
-                                            [this](const Status& s, const std::string&, const std::string& name) {
+                                            [this] {
                                               Work done;
                                               done.kind = Work::Kind::kCheckpointDone;
-                                              done.identity = name;
-                                              done.status = s;
-                                              (void)batcher.PushFront(std::move(done));  // closed: shutting down
+                                              // Closed: shutting down; Run drains the writer's outcomes.
+                                              (void)batcher.PushFront(std::move(done));
                                             });
   update.path = trainer->update_path();
   registry.SetRun(spec);
@@ -121,6 +122,32 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                spec.global_state ? spec.global_state->ToString() : std::string("none"), device.str(),
                EncoderName(parts.options.encoder), use_state ? "the global state" : "the observation");
   return true;
+}
+
+// The run's expected memory with `added_rows` more agent rows in the store, against the budget (only while
+// recording: serving keeps no store). `what` names the run or the joining worker in the refusal.
+// The budget is resolved at the first Hello, once the policy is built and the process's own threads exist, so
+// that what the process holds then is not counted as room.
+Status Learner::Impl::CheckMemoryWith(int64_t added_rows, const std::string& what) {
+  if (!recording) return Status::Ok();
+  const bool first = !registry.has_run();
+  if (first && config.learner.memory_budget_mb >= 0) {
+    const auto limit = DetectMemoryLimit();
+    // Under RLIMIT_AS, the threads the run starts after this reserve address space too: the trainer, the
+    // checkpoint writer, and the trainer's own OpenMP team.
+    memory_budget = ResolveMemoryBudget(config.learner.memory_budget_mb, limit, limit ? ProcessMemoryUsed(*limit) : 0,
+                                        config.learner.threads + 1);
+    if (memory_budget)
+      spdlog::info("memory budget for the run: {:.1f} MiB ({})", static_cast<double>(memory_budget->bytes) / (1 << 20),
+                   memory_budget->source);
+    if (const auto free = CudaFreeBytes(device))
+      gpu_budget = MemoryBudget{*free, fmt::format("{} at the first Hello", device.str())};
+  }
+  RunMemoryInputs in = memory_inputs;
+  in.rows = collector.store().num_rows() + added_rows;
+  const RunMemory need = EstimateRunMemory(in, config.ppo, config.mode == "async", device.is_cuda());
+  if (first) spdlog::info("expected memory with the first worker: {}", need.Describe());
+  return CheckRunMemory(need, memory_budget, what, gpu_budget);
 }
 
 // Continues run_dir from the checkpoint BuildRun loaded: counters (env steps, updates, policy version, episodes,

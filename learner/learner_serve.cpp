@@ -144,7 +144,7 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
         OnTrainerDone(*w.result);
         break;
       case Work::Kind::kCheckpointDone:
-        NoteCheckpoint(w.status, w.identity);
+        for (const auto& r : trainer->TakeCheckpointResults()) NoteCheckpoint(r.status, r.name);
         break;
       case Work::Kind::kHeartbeat: {
         // The I/O thread answers admitted workers' heartbeats itself; this one's worker was not admitted when it
@@ -288,10 +288,12 @@ void Learner::Impl::NoteCheckpoint(const Status& s, const std::string& which) {
                 s.message(), reporting.failed_checkpoints_in_a_row,
                 limit > 0 ? fmt::format("; the run stops after {} in a row, learner.max_failed_checkpoints", limit)
                           : std::string());
-  if (limit > 0 && reporting.failed_checkpoints_in_a_row >= limit && !outcome.stopping)
+  if (limit > 0 && reporting.failed_checkpoints_in_a_row >= limit && !outcome.stopping) {
+    reporting.stopped_for_checkpoints = true;
     RequestStop(fmt::format("{} checkpoints in a row could not be written (learner.max_failed_checkpoints); the last: "
                             "{}",
                             reporting.failed_checkpoints_in_a_row, s.message()));
+  }
 }
 
 }  // namespace farm

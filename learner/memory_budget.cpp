@@ -47,32 +47,50 @@ void CgroupPaths(const std::string& proc_self, std::string* v2, std::string* v1_
   }
 }
 
-// The first of `dir + path + file` and `dir + file` that can be read (inside a container's cgroup namespace the
-// process's own cgroup is the root).
-std::optional<std::pair<std::string, std::string>> ReadCgroupFile(const std::string& dir, const std::string& path,
-                                                                  const std::string& file) {
-  for (const std::string& candidate : {dir + path + "/" + file, dir + "/" + file}) {
-    if (auto text = ReadFile(candidate)) return std::make_pair(candidate, Trim(*text));
+// The tightest limit in `file` under `dir`, from the cgroup at `path` up to the root: a parent's limit holds for
+// its children. Inside a container's cgroup namespace the process's own cgroup is the root, and a path that is
+// not under `dir` (the host's path with the container's tree mounted) ends at the root too.
+std::optional<MemoryLimit> TightestCgroupLimit(const std::string& dir, std::string path, const std::string& file,
+                                               const std::string& label) {
+  std::optional<MemoryLimit> best;
+  while (true) {
+    if (!path.empty() && path.back() == '/') path.pop_back();
+    const std::string candidate = dir + path + "/" + file;
+    if (auto text = ReadFile(candidate))
+      if (auto bytes = ParseCgroupLimit(*text); bytes && (!best || *bytes < best->bytes))
+        best = MemoryLimit{*bytes, label + " (" + candidate + ")"};
+    if (path.empty()) return best;
+    path = path.substr(0, path.rfind('/'));
   }
-  return std::nullopt;
 }
 
 std::optional<MemoryLimit> CgroupLimit(const std::string& sys_root, const std::string& proc_self) {
   std::string v2, v1;
   CgroupPaths(proc_self, &v2, &v1);
-  if (!v2.empty() || ReadFile(sys_root + "/memory.max")) {
-    if (auto f = ReadCgroupFile(sys_root, v2 == "/" ? "" : v2, "memory.max"))
-      if (auto bytes = ParseCgroupLimit(f->second)) return MemoryLimit{*bytes, "cgroup memory.max (" + f->first + ")"};
-  }
-  if (auto f = ReadCgroupFile(sys_root + "/memory", v1 == "/" ? "" : v1, "memory.limit_in_bytes"))
-    if (auto bytes = ParseCgroupLimit(f->second))
-      return MemoryLimit{*bytes, "cgroup memory.limit_in_bytes (" + f->first + ")"};
-  return std::nullopt;
+  if (!v2.empty() || ReadFile(sys_root + "/memory.max"))
+    if (auto limit = TightestCgroupLimit(sys_root, v2, "memory.max", "cgroup memory.max")) return limit;
+  return TightestCgroupLimit(sys_root + "/memory", v1, "memory.limit_in_bytes", "cgroup memory.limit_in_bytes");
+}
+
+// A field of a cgroup's memory.stat ("inactive_file 123"); 0 when missing.
+int64_t MemoryStat(const std::string& stat_path, const std::string& key) {
+  const auto text = ReadFile(stat_path);
+  if (!text) return 0;
+  std::istringstream lines(*text);
+  std::string name;
+  int64_t value = 0;
+  while (lines >> name >> value)
+    if (name == key) return value;
+  return 0;
 }
 
 }  // namespace
 
 std::string RunMemory::Describe() const {
+  if (on_gpu)
+    return fmt::format("{} MiB of host memory (store) and {} MiB on the GPU (update {}, model {}, optimizer {}, "
+                       "activations {})",
+                       Mib(host()), Mib(gpu()), Mib(update), Mib(model), Mib(optimizer), Mib(activations));
   return fmt::format("{} MiB (store {}, update {}, model {}, optimizer {}, activations {})", Mib(total()), Mib(store),
                      Mib(update), Mib(model), Mib(optimizer), Mib(activations));
 }
@@ -89,8 +107,9 @@ int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t hea
   return widths;
 }
 
-RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async) {
+RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu) {
   RunMemory m;
+  m.on_gpu = on_gpu;
   const int64_t param_bytes = in.parameters * 4;
   m.model = 2 * param_bytes;      // acting and training copies
   m.optimizer = 3 * param_bytes;  // gradients, Adam's first and second moments
@@ -135,9 +154,14 @@ int64_t ProcessMemoryUsed(const MemoryLimit& limit, const std::string& sys_root,
     if (open != std::string::npos && close != std::string::npos && close > open) {
       const std::string file = limit.source.substr(open + 1, close - open - 1);
       const std::string dir = file.substr(0, file.rfind('/'));
-      for (const char* name : {"/memory.current", "/memory.usage_in_bytes"})
-        if (auto text = ReadFile(dir + name))
-          if (auto v = ParseCgroupLimit(*text)) return *v;
+      const bool v2 = file.size() >= 11 && file.compare(file.size() - 11, 11, "/memory.max") == 0;
+      if (auto text = ReadFile(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes")))
+        if (auto v = ParseCgroupLimit(*text)) {
+          // Page cache the kernel reclaims before it fails an allocation (v1 names its hierarchical figure
+          // total_inactive_file).
+          const int64_t cache = MemoryStat(dir + "/memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+          return std::max<int64_t>(0, *v - cache);
+        }
     }
     (void)sys_root;
     return 0;
@@ -156,22 +180,42 @@ int64_t ProcessMemoryUsed(const MemoryLimit& limit, const std::string& sys_root,
   return 0;
 }
 
-std::optional<MemoryBudget> ResolveMemoryBudget(int64_t budget_mb, const std::optional<MemoryLimit>& limit,
-                                                int64_t used_at_start) {
-  if (budget_mb > 0) return MemoryBudget{budget_mb * 1024 * 1024, "learner.memory_budget_mb"};
-  if (budget_mb < 0 || !limit) return std::nullopt;
-  return MemoryBudget{std::max<int64_t>(0, limit->bytes - used_at_start),
-                      fmt::format("{} of {} MiB less the {} MiB in use when the learner started "
-                                  "(learner.memory_budget_mb: 0)",
-                                  limit->source, Mib(limit->bytes), Mib(used_at_start))};
+int64_t AddressSpacePerThread() {
+  rlimit rl{};
+  int64_t stack = int64_t{8} << 20;
+  if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    stack = static_cast<int64_t>(std::min<rlim_t>(rl.rlim_cur, rlim_t{1} << 40));
+  return stack + (int64_t{64} << 20);
 }
 
-Status CheckRunMemory(const RunMemory& need, const std::optional<MemoryBudget>& budget, const std::string& what) {
-  if (!budget || need.total() <= budget->bytes) return Status::Ok();
-  return Status::InvalidArgument(fmt::format(
-      "{} needs about {} but the memory budget is {} MiB ({}); lower env.num_envs, ppo.rollout_length or the "
-      "worker count, or raise learner.memory_budget_mb (-1: no check)",
-      what, need.Describe(), Mib(budget->bytes), budget->source));
+std::optional<MemoryBudget> ResolveMemoryBudget(int64_t budget_mb, const std::optional<MemoryLimit>& limit,
+                                                int64_t used, int threads_to_come) {
+  if (budget_mb > 0) return MemoryBudget{budget_mb * 1024 * 1024, "learner.memory_budget_mb"};
+  if (budget_mb < 0 || !limit) return std::nullopt;
+  const bool address_space = limit->source.rfind("RLIMIT_AS", 0) == 0;
+  const int64_t threads = address_space ? threads_to_come * AddressSpacePerThread() : 0;
+  return MemoryBudget{std::max<int64_t>(0, limit->bytes - used - threads),
+                      fmt::format("{} of {} MiB less the {} MiB in use when the run was built{} "
+                                  "(learner.memory_budget_mb: 0)",
+                                  limit->source, Mib(limit->bytes), Mib(used),
+                                  threads > 0 ? fmt::format(" and {} MiB for the {} threads it starts", Mib(threads),
+                                                            threads_to_come)
+                                              : std::string())};
+}
+
+Status CheckRunMemory(const RunMemory& need, const std::optional<MemoryBudget>& budget, const std::string& what,
+                      const std::optional<MemoryBudget>& gpu_free) {
+  if (budget && need.host() > budget->bytes)
+    return Status::InvalidArgument(fmt::format(
+        "{} needs about {} but the memory budget is {} MiB ({}); lower env.num_envs, ppo.rollout_length or the "
+        "worker count, or raise learner.memory_budget_mb (-1: no check)",
+        what, need.Describe(), Mib(budget->bytes), budget->source));
+  if (gpu_free && need.on_gpu && need.gpu() > gpu_free->bytes)
+    return Status::InvalidArgument(fmt::format(
+        "{} needs about {} but the GPU has {} MiB free ({}); lower env.num_envs, ppo.rollout_length, the worker "
+        "count or the minibatch size (more ppo.num_minibatches), or learner.memory_budget_mb -1 for no check",
+        what, need.Describe(), Mib(gpu_free->bytes), gpu_free->source));
+  return Status::Ok();
 }
 
 }  // namespace farm

@@ -26,11 +26,15 @@ namespace farm {
 struct RunMemory {
   int64_t model = 0;        // the acting and training copies of the policy
   int64_t optimizer = 0;    // gradients and Adam's two moments
-  int64_t store = 0;        // trajectory arenas
+  int64_t store = 0;        // trajectory arenas (host memory, always)
   int64_t update = 0;       // the update's copy of a rollout (inputs, advantages, returns)
   int64_t activations = 0;  // one minibatch's forward and backward
+  bool on_gpu = false;      // the policy on a GPU: model, optimizer, update and activations are in its memory
   int64_t total() const { return model + optimizer + store + update + activations; }
-  // "1,234.5 MiB (store 1,000.0, update 200.0, model 1.2, optimizer 2.4, activations 30.9)"
+  int64_t host() const { return on_gpu ? store : total(); }
+  int64_t gpu() const { return on_gpu ? total() - store : 0; }
+  // "1234.5 MiB (store 1000.0, update 200.0, model 1.2, optimizer 2.4, activations 30.9)"; on a GPU the host's
+  // and the GPU's parts apart.
   std::string Describe() const;
 };
 
@@ -46,7 +50,7 @@ struct RunMemoryInputs {
 int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size,
                                const std::vector<int64_t>& observation_shape, bool cnn);
 
-RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async);
+RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu = false);
 
 struct MemoryLimit {
   int64_t bytes = 0;
@@ -56,27 +60,37 @@ struct MemoryLimit {
 // A cgroup limit file's content: "max" (v2) or a figure of 2^62 and more (v1's "unlimited") is none.
 std::optional<int64_t> ParseCgroupLimit(const std::string& text);
 
-// The tightest of the process's cgroup memory limit (v2, then v1) and RLIMIT_AS; none when neither is set.
-// `sys_root` and `proc_self` are for tests.
+// The tightest of the process's cgroup memory limits (v2, then v1; its own cgroup's and every ancestor's: a
+// parent's limit holds for its children) and RLIMIT_AS; none when none is set. `sys_root` and `proc_self` are
+// for tests.
 std::optional<MemoryLimit> DetectMemoryLimit(const std::string& sys_root = "/sys/fs/cgroup",
                                              const std::string& proc_self = "/proc/self");
 
-// What counts against `limit` already: the cgroup's memory.current for a cgroup limit, the process's VmSize for
-// RLIMIT_AS; 0 when unreadable.
+// What counts against `limit` already: for a cgroup limit, the usage of the cgroup that sets it (memory.current
+// or memory.usage_in_bytes) less the page cache the kernel reclaims first (memory.stat's inactive_file, as
+// container runtimes count a working set); for RLIMIT_AS the process's VmSize; 0 when unreadable.
 int64_t ProcessMemoryUsed(const MemoryLimit& limit, const std::string& sys_root = "/sys/fs/cgroup",
                           const std::string& proc_self = "/proc/self");
 
+// Address space a thread reserves under RLIMIT_AS: its stack (RLIMIT_STACK, 8 MiB when unlimited) and a malloc
+// arena (glibc reserves 64 MiB for each arena a new thread may get).
+int64_t AddressSpacePerThread();
+
 // The budget a run's estimate must fit: learner.memory_budget_mb when positive; when 0, the process's limit less
-// `used_at_start`; none when -1 or when no limit is set. `source` says which, for messages.
+// `used` (ProcessMemoryUsed, measured at the first Hello, once the policy is built) and, under RLIMIT_AS, less
+// the address space of the `threads_to_come` the run starts after that (AddressSpacePerThread each); none when
+// -1 or when no limit is set. `source` says which, for messages.
 struct MemoryBudget {
   int64_t bytes = 0;
   std::string source;
 };
 std::optional<MemoryBudget> ResolveMemoryBudget(int64_t budget_mb, const std::optional<MemoryLimit>& limit,
-                                                int64_t used_at_start);
+                                                int64_t used, int threads_to_come = 0);
 
 // Ok, or InvalidArgument naming the estimate, its parts, the budget and where it comes from. `what`: "the run"
-// or "the run with worker w-3".
-Status CheckRunMemory(const RunMemory& need, const std::optional<MemoryBudget>& budget, const std::string& what);
+// or "the run with worker w-3". The host's part is checked against `budget`; on a GPU its part against
+// `gpu_free` (the device's free memory when the run was built; none: not checked).
+Status CheckRunMemory(const RunMemory& need, const std::optional<MemoryBudget>& budget, const std::string& what,
+                      const std::optional<MemoryBudget>& gpu_free = std::nullopt);
 
 }  // namespace farm

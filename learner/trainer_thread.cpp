@@ -10,6 +10,7 @@
 
 #include "learner/cuda_graph.h"
 #include "learner/device.h"
+#include "learner/error_text.h"
 
 namespace farm {
 namespace {
@@ -23,24 +24,20 @@ std::function<void()> SlowDiskForTests() {
   return [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
 }
 
-std::string ErrorText(const std::exception& e) {
-  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) return torch_error->what_without_backtrace();
-  if (dynamic_cast<const std::bad_alloc*>(&e)) return std::string("out of memory: an allocation failed (") + e.what() + ")";
-  return e.what();
-}
 }  // namespace
 
 TrainerThread::TrainerThread(const FarmConfig& config, torch::Device device, std::string checkpoint_dir,
                              ActorCritic training, std::unique_ptr<PpoTrainer> trainer,
                              std::function<void(std::shared_ptr<TrainResult>)> on_done,
-                             CheckpointWriter::Done on_checkpoint)
+                             std::function<void()> on_checkpoint_written)
     : config_(config),
       device_(device),
       checkpoint_dir_(std::move(checkpoint_dir)),
       training_(std::move(training)),
       trainer_(std::move(trainer)),
       on_done_(std::move(on_done)),
-      writer_(checkpoint_dir_, config.learner.keep_checkpoints, std::move(on_checkpoint), SlowDiskForTests()) {
+      writer_(checkpoint_dir_, config.learner.keep_checkpoints, std::move(on_checkpoint_written),
+              SlowDiskForTests()) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -77,7 +74,7 @@ Status TrainerThread::FinalCheckpoint(const TrainingCounters& counters, RunState
   if (auto s = SerializeCheckpoint(training_, trainer_->optimizer(), counters, &trainer_->scaler(), &state, &bytes);
       !s.ok())
     return s;
-  return writer_.WriteNow(std::move(bytes), path);  // after any periodic one still being written
+  return writer_.WriteNow(std::move(bytes), path);  // after the periodic one being written, if any
 }
 
 std::string TrainerThread::update_path() const {

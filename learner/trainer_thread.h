@@ -9,7 +9,7 @@
 //
 // Threading: Submit, busy, CopyWeightsTo, FinalCheckpoint and the accessors
 // are for one thread (the inference thread); Cancel may be called from any
-// thread. The job runs on the trainer thread; its result goes to `on_done`
+// thread; TakeCheckpointResults and DrainCheckpoints from any. The job runs on the trainer thread; its result goes to `on_done`
 // (called on the trainer thread). The destructor closes the job channel and
 // joins the thread (a job in flight is cancelled first).
 #pragma once
@@ -35,12 +35,12 @@ namespace farm {
 
 class TrainerThread {
  public:
-  // `training` is on `device`; `trainer` trains it. Checkpoints go to `checkpoint_dir`; each periodic one's
-  // outcome goes to `on_checkpoint` (on the writer's thread). FARM_TEST_SLOW_CHECKPOINT_MS (an environment
+  // `training` is on `device`; `trainer` trains it. Checkpoints go to `checkpoint_dir`; after each periodic
+  // write `on_checkpoint_written` is called (on the writer's thread): TakeCheckpointResults has its outcome. FARM_TEST_SLOW_CHECKPOINT_MS (an environment
   // variable, for tests and benchmarks) makes each checkpoint write wait that long first: a slow disk.
   TrainerThread(const FarmConfig& config, torch::Device device, std::string checkpoint_dir, ActorCritic training,
                 std::unique_ptr<PpoTrainer> trainer, std::function<void(std::shared_ptr<TrainResult>)> on_done,
-                CheckpointWriter::Done on_checkpoint);
+                std::function<void()> on_checkpoint_written);
   ~TrainerThread();
   TrainerThread(const TrainerThread&) = delete;
   TrainerThread& operator=(const TrainerThread&) = delete;
@@ -67,6 +67,10 @@ class TrainerThread {
   // The checkpoint write in flight, seconds so far (0: none); periodic checkpoints the disk was too slow for.
   double checkpoint_write_seconds() const { return writer_.in_flight_seconds(); }
   int64_t checkpoints_skipped() const { return writer_.skipped(); }
+  // The periodic writes' outcomes not yet taken, oldest first (any thread).
+  std::vector<CheckpointWriter::Written> TakeCheckpointResults() { return writer_.TakeResults(); }
+  // At shutdown: waits for the writes still waiting or in flight, then returns what TakeCheckpointResults would.
+  std::vector<CheckpointWriter::Written> DrainCheckpoints() { return writer_.Drain(); }
 
  private:
   void Loop();

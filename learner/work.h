@@ -24,8 +24,8 @@ struct TrainResult {
   std::string update_path;  // fused | graphed | libtorch
   int64_t graphed_updates = 0;
   bool checkpoint_due = false;   // the update was to be checkpointed
-  // When due: how serialising it went; its bytes went to the CheckpointWriter, whose outcome arrives as
-  // Work kCheckpointDone.
+  // When due: how serialising it went; its bytes went to the CheckpointWriter, which announces its
+  // outcome with Work kCheckpointDone (TrainerThread::TakeCheckpointResults).
   Status checkpoint;
 };
 
@@ -37,7 +37,6 @@ struct Work {
   wire::Envelope msg;  // Hello, StepRequest or Heartbeat
   int64_t rows = 0;    // the batcher's row count (a StepRequest's observations)
   std::shared_ptr<TrainResult> result;  // kTrainerDone
-  Status status;                        // kCheckpointDone: how writing it went (identity: the checkpoint's name)
 };
 
 // A rollout for the trainer thread, with what a checkpoint after it needs.

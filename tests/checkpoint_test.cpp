@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -244,11 +246,25 @@ TEST_CASE("MetricsWriter: a row that does not fit is cut off again, the file kee
   std::filesystem::remove(path);
 }
 
+namespace {
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+std::string TempDir(const std::string& tag) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("farm-" + tag + "-" + std::to_string(::getpid()))).string();
+  (void)RemoveTree(dir);
+  return dir;
+}
+CheckpointBytes Bytes(int update) {
+  return CheckpointBytes{"ckpt-0000000" + std::to_string(update) + ".pt", "data " + std::to_string(update)};
+}
+}  // namespace
+
 TEST_CASE("CheckpointWriter: writes in order off the caller's thread, a newer checkpoint replaces one still waiting",
           "[checkpoint]") {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("farm-ckpt-writer-" + std::to_string(::getpid()))).string();
-  (void)RemoveTree(dir);
+  const std::string dir = TempDir("ckpt-writer");
   // The first write blocks until released: a slow disk, with no sleeps in the test.
   std::promise<void> started, release;
   std::shared_future<void> release_f = release.get_future().share();
@@ -259,57 +275,162 @@ TEST_CASE("CheckpointWriter: writes in order off the caller's thread, a newer ch
       release_f.wait();
     }
   };
-  std::mutex mu;
-  std::vector<std::pair<std::string, bool>> done;  // GUARDED_BY(mu): name, ok
-  auto bytes = [](int u) { return CheckpointBytes{"ckpt-0000000" + std::to_string(u) + ".pt", "data " + std::to_string(u)}; };
+  std::atomic<int> announced{0};
+  std::vector<CheckpointWriter::Written> done;
+  int64_t skipped = 0;
   {
-    CheckpointWriter writer(dir, /*keep=*/0,
-                            [&](const Status& s, const std::string& path, const std::string& name) {
-                              std::lock_guard<std::mutex> lock(mu);
-                              done.emplace_back(name, s.ok() && path == dir + "/" + name);
-                            },
-                            before_write);
-    writer.Submit(bytes(1));
+    CheckpointWriter writer(dir, /*keep=*/0, [&] { ++announced; }, before_write);
+    writer.Submit(Bytes(1));
     started.get_future().wait();  // checkpoint 1 is being written (and blocked)
     CHECK(writer.in_flight_seconds() > 0);
-    writer.Submit(bytes(2));  // waits
-    writer.Submit(bytes(3));  // replaces 2, which is never written
+    writer.Submit(Bytes(2));  // waits
+    writer.Submit(Bytes(3));  // replaces 2, which is never written
     CHECK(writer.skipped() == 1);
     CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000001.pt"));
+    CHECK(writer.TakeResults().empty());
     release.set_value();
+    done = writer.Drain();  // 1, then 3
+    writer.Submit(Bytes(5));
+    writer.Submit(Bytes(6));  // 5 may be written or replaced: the writer is not blocked any more
     std::string path;
-    REQUIRE(writer.WriteNow(bytes(4), &path).ok());  // after 1 and 3
-    CHECK(path == dir + "/ckpt-00000004.pt");
+    REQUIRE(writer.WriteNow(Bytes(7), &path).ok());
+    CHECK(path == dir + "/ckpt-00000007.pt");
     CHECK(writer.in_flight_seconds() == 0);
+    for (auto& r : writer.Drain()) done.push_back(std::move(r));
+    skipped = writer.skipped();
   }
-  std::lock_guard<std::mutex> lock(mu);
-  REQUIRE(done.size() == 2);  // the periodic ones: 1 and 3, in order; WriteNow's outcome is its return value
-  CHECK(done[0] == std::make_pair(std::string("ckpt-00000001.pt"), true));
-  CHECK(done[1] == std::make_pair(std::string("ckpt-00000003.pt"), true));
+  // The periodic ones in order; WriteNow's outcome is its return value.
+  REQUIRE(done.size() >= 2);
+  CHECK(done[0].name == "ckpt-00000001.pt");
+  CHECK(done[1].name == "ckpt-00000003.pt");
+  for (const auto& r : done) {
+    CHECK(r.status.ok());
+    CHECK(r.path == dir + "/" + r.name);
+  }
+  CHECK(announced.load() == static_cast<int>(done.size()));
+  CHECK(static_cast<int64_t>(done.size()) + skipped == 5);  // every periodic one: written or replaced
   CHECK(std::filesystem::exists(dir + "/ckpt-00000001.pt"));
   CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000002.pt"));
   CHECK(std::filesystem::exists(dir + "/ckpt-00000003.pt.crc32c"));
-  std::ifstream latest(dir + "/latest");
-  std::string name;
-  latest >> name;
-  CHECK(name == "ckpt-00000004.pt");
+  CHECK(ReadAll(dir + "/latest") == "ckpt-00000007.pt\n");
   (void)RemoveTree(dir);
 }
 
-TEST_CASE("CheckpointWriter: a write that fails is reported, to on_done or by WriteNow", "[checkpoint]") {
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            ("farm-ckpt-writer-fail-" + std::to_string(::getpid()))).string();
-  (void)RemoveTree(base);
+TEST_CASE("CheckpointWriter: the final checkpoint drops a waiting periodic one and is written next", "[checkpoint]") {
+  const std::string dir = TempDir("ckpt-writer-final");
+  std::promise<void> started, release;
+  std::shared_future<void> release_f = release.get_future().share();
+  std::atomic<int> writes{0};
+  auto before_write = [&] {
+    if (writes.fetch_add(1) == 0) {
+      started.set_value();
+      release_f.wait();
+    }
+  };
+  CheckpointWriter writer(dir, 0, {}, before_write);
+  writer.Submit(Bytes(1));
+  started.get_future().wait();
+  writer.Submit(Bytes(2));  // waiting behind 1 when the stop comes
+  std::future<Status> final_status = std::async(std::launch::async, [&] { return writer.WriteNow(Bytes(3), nullptr); });
+  // WriteNow drops 2 before it waits for 1: skipped() says so while 1 is still blocked.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (writer.skipped() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(writer.skipped() == 1);
+  release.set_value();
+  REQUIRE(final_status.get().ok());
+  const auto done = writer.Drain();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].name == "ckpt-00000001.pt");
+  CHECK(writer.skipped() == 1);
+  CHECK(writes.load() == 2);  // 1 and 3
+  CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000002.pt"));
+  CHECK(ReadAll(dir + "/latest") == "ckpt-00000003.pt\n");
+  (void)RemoveTree(dir);
+}
+
+TEST_CASE("CheckpointWriter: concurrent WriteNow calls are each written and each told their own outcome",
+          "[checkpoint]") {
+  const std::string dir = TempDir("ckpt-writer-now");
+  {
+    CheckpointWriter writer(dir, 0);
+    std::vector<std::future<std::pair<Status, std::string>>> calls;
+    for (int u = 1; u <= 6; ++u)
+      calls.push_back(std::async(std::launch::async, [&writer, u] {
+        std::string path;
+        Status s = writer.WriteNow(Bytes(u), &path);
+        return std::make_pair(s, path);
+      }));
+    for (int u = 1; u <= 6; ++u) {
+      auto [s, path] = calls[u - 1].get();
+      CHECK(s.ok());
+      CHECK(path == dir + "/ckpt-0000000" + std::to_string(u) + ".pt");
+      CHECK(ReadAll(path) == "data " + std::to_string(u));
+    }
+  }
+  (void)RemoveTree(dir);
+}
+
+TEST_CASE("CheckpointWriter: a write that fails or throws is an outcome, never std::terminate", "[checkpoint]") {
+  const std::string base = TempDir("ckpt-writer-fail");
   std::filesystem::create_directories(base);
-  std::ofstream(base + "/checkpoints") << "a file where the directory should be";
-  std::promise<Status> periodic;
-  CheckpointWriter writer(base + "/checkpoints", 0, [&](const Status& s, const std::string&, const std::string&) {
-    periodic.set_value(s);
-  });
-  writer.Submit(CheckpointBytes{"ckpt-00000001.pt", "x"});
-  const Status s = periodic.get_future().get();
-  CHECK_FALSE(s.ok());
-  CHECK_THAT(s.message(), Catch::Contains(base + "/checkpoints"));
-  CHECK_FALSE(writer.WriteNow(CheckpointBytes{"ckpt-00000002.pt", "y"}, nullptr).ok());
+  SECTION("a failed write, periodic and final") {
+    std::ofstream(base + "/checkpoints") << "a file where the directory should be";
+    std::promise<void> announced;
+    CheckpointWriter writer(base + "/checkpoints", 0, [&] { announced.set_value(); });
+    writer.Submit(CheckpointBytes{"ckpt-00000001.pt", "x"});
+    announced.get_future().wait();
+    const auto done = writer.TakeResults();
+    REQUIRE(done.size() == 1);
+    CHECK_FALSE(done[0].status.ok());
+    CHECK_THAT(done[0].status.message(), Catch::Contains(base + "/checkpoints"));
+    CHECK_FALSE(writer.WriteNow(CheckpointBytes{"ckpt-00000002.pt", "y"}, nullptr).ok());
+  }
+  SECTION("an exception on the writer's thread (a filesystem error, an allocation)") {
+    std::atomic<int> calls{0};
+    CheckpointWriter writer(base + "/checkpoints", 0, {}, [&] {
+      if (calls.fetch_add(1) % 2 == 0) throw std::filesystem::filesystem_error("directory_iterator::operator++",
+                                                                             std::make_error_code(std::errc::io_error));
+      throw std::bad_alloc();
+    });
+    writer.Submit(CheckpointBytes{"ckpt-00000001.pt", "x"});
+    const auto done = writer.Drain();
+    REQUIRE(done.size() == 1);
+    CHECK_FALSE(done[0].status.ok());
+    CHECK_THAT(done[0].status.message(), Catch::Contains("ckpt-00000001.pt: writing failed") &&
+                                             Catch::Contains("directory_iterator"));
+    const Status s = writer.WriteNow(CheckpointBytes{"ckpt-00000002.pt", "y"}, nullptr);
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("out of memory"));
+    CHECK_FALSE(writer.WriteNow(CheckpointBytes{"ckpt-00000003.pt", "z"}, nullptr).ok());  // and the next
+  }
   (void)RemoveTree(base);
+}
+
+TEST_CASE("WriteCheckpoint: a checkpoint of the same name that cannot be written leaves the one there", "[checkpoint]") {
+  const std::string dir = TempDir("ckpt-same-name");
+  std::string path;
+  REQUIRE(WriteCheckpoint(dir, CheckpointBytes{"ckpt-00000005.pt", "periodic"}, 0, &path).ok());
+  SECTION("its checksum cannot be written") {
+    std::filesystem::create_directories(path + ".crc32c.tmp");  // open(O_WRONLY) fails: EISDIR
+    CHECK_FALSE(WriteCheckpoint(dir, CheckpointBytes{"ckpt-00000005.pt", "final"}, 0, nullptr).ok());
+    CHECK(ReadAll(path) == "periodic");
+  }
+  SECTION("`latest` cannot be written") {
+    std::filesystem::create_directories(dir + "/latest.tmp");
+    CHECK_FALSE(WriteCheckpoint(dir, CheckpointBytes{"ckpt-00000005.pt", "final"}, 0, nullptr).ok());
+    CHECK(ReadAll(path) == "final");  // written in full with its checksum; `latest` named it already
+  }
+  SECTION("a new name whose `latest` cannot be written is removed again") {
+    std::filesystem::create_directories(dir + "/latest.tmp");
+    CHECK_FALSE(WriteCheckpoint(dir, CheckpointBytes{"ckpt-00000006.pt", "next"}, 0, nullptr).ok());
+    CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000006.pt"));
+  }
+  std::string found;
+  std::vector<std::string> skipped;
+  REQUIRE(FindLatestValidCheckpoint(dir, &found, &skipped).ok());  // the pair that is there matches
+  CHECK(found == path);
+  CHECK(skipped.empty());
+  CHECK(ReadAll(dir + "/latest") == "ckpt-00000005.pt\n");
+  (void)RemoveTree(dir);
 }

@@ -98,6 +98,11 @@ TEST_CASE("out-of-range values say the allowed range", "[config]") {
   CHECK_THAT(ls.message(), Catch::Contains("ppo.log_std_init") && Catch::Contains("[-10, 2]"));
   REQUIRE(Parse("ppo:\n  log_std_init: -2\n", &c).ok());
   CHECK(c.ppo.log_std_init == -2.0);
+  // MiB to bytes must not overflow: at most 2^40 MiB.
+  auto mb = Parse("learner:\n  memory_budget_mb: 9007199254740992\n", &c);
+  REQUIRE_FALSE(mb.ok());
+  CHECK_THAT(mb.message(), Catch::Contains("learner.memory_budget_mb") && Catch::Contains("1099511627776"));
+  REQUIRE(Parse("learner:\n  memory_budget_mb: 1099511627776\n", &c).ok());
 }
 
 TEST_CASE("malformed YAML reports the line", "[config]") {

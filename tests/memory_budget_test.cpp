@@ -113,6 +113,37 @@ TEST_CASE("DetectMemoryLimit reads the process's cgroup (v2, then v1) and Proces
       CHECK(ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 1048576);
     }
   }
+  SECTION("cgroup v2: a parent's tighter limit, its usage less the reclaimable page cache") {
+    FakeTree t;
+    t.Write("proc/cgroup", "0::/farm.slice/learner\n");
+    t.Write("sys/farm.slice/learner/memory.max", "max\n");
+    t.Write("sys/farm.slice/memory.max", "536870912\n");
+    t.Write("sys/memory.max", "1073741824\n");
+    t.Write("sys/farm.slice/memory.current", "209715200\n");
+    t.Write("sys/farm.slice/memory.stat", "anon 52428800\nfile 157286400\nactive_file 52428800\n"
+                                          "inactive_file 104857600\n");
+    const auto limit = DetectMemoryLimit(t.sys(), t.proc());
+    REQUIRE(limit);
+    if (AddressSpaceUnlimited()) {
+      CHECK(limit->bytes == 536870912);
+      CHECK_THAT(limit->source, Catch::Contains("farm.slice/memory.max"));
+      CHECK(ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 104857600);  // 200 MiB used, 100 MiB of it cache
+    }
+  }
+  SECTION("cgroup v1: the hierarchy's tightest limit, usage less total_inactive_file") {
+    FakeTree t;
+    t.Write("proc/cgroup", "12:memory:/docker/abc\n");
+    t.Write("sys/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");  // v1's unlimited
+    t.Write("sys/memory/docker/memory.limit_in_bytes", "268435456\n");
+    t.Write("sys/memory/docker/memory.usage_in_bytes", "73400320\n");
+    t.Write("sys/memory/docker/memory.stat", "cache 1\ninactive_file 5\ntotal_inactive_file 20971520\n");
+    const auto limit = DetectMemoryLimit(t.sys(), t.proc());
+    REQUIRE(limit);
+    if (AddressSpaceUnlimited()) {
+      CHECK(limit->bytes == 268435456);
+      CHECK(ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 52428800);
+    }
+  }
   SECTION("no limit anywhere") {
     FakeTree t;
     t.Write("proc/cgroup", "0::/user.slice\n");
@@ -136,6 +167,15 @@ TEST_CASE("ResolveMemoryBudget and CheckRunMemory: which budget, and a message w
   REQUIRE(automatic);
   CHECK(automatic->bytes == 924ll << 20);  // the limit less what was in use at start
   CHECK_THAT(automatic->source, Catch::Contains("RLIMIT_AS") && Catch::Contains("1024.0 MiB"));
+  // Under RLIMIT_AS the threads the run starts later reserve address space; a cgroup counts what they touch.
+  auto with_threads = ResolveMemoryBudget(0, limit, 100ll << 20, 3);
+  REQUIRE(with_threads);
+  CHECK(with_threads->bytes == (924ll << 20) - 3 * AddressSpacePerThread());
+  CHECK(AddressSpacePerThread() >= (64ll << 20));
+  CHECK_THAT(with_threads->source, Catch::Contains("for the 3 threads it starts"));
+  auto cgroup = ResolveMemoryBudget(0, MemoryLimit{1024ll << 20, "cgroup memory.max (/x/memory.max)"}, 100ll << 20, 3);
+  REQUIRE(cgroup);
+  CHECK(cgroup->bytes == 924ll << 20);
   CHECK_FALSE(ResolveMemoryBudget(0, std::nullopt, 0));  // no limit: no check
   CHECK_FALSE(ResolveMemoryBudget(-1, limit, 0));        // -1: no check
 
@@ -148,6 +188,19 @@ TEST_CASE("ResolveMemoryBudget and CheckRunMemory: which budget, and a message w
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("the run with worker w-3 needs about 150.0 MiB (store 100.0, update 50.0") &&
                               Catch::Contains("memory budget is 64.0 MiB (learner.memory_budget_mb)"));
+
+  // The policy on a GPU: only the store is host memory; the rest is checked against the GPU's free memory.
+  need.on_gpu = true;
+  need.store = 60ll << 20;
+  CHECK(CheckRunMemory(need, explicit_budget, "the run").ok());  // 60 MiB of host memory fits 64
+  const MemoryBudget gpu{40ll << 20, "cuda:0 at the first Hello"};
+  const Status g = CheckRunMemory(need, explicit_budget, "the run", gpu);
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.message(), Catch::Contains("60.0 MiB of host memory (store) and 50.0 MiB on the GPU (update 50.0") &&
+                              Catch::Contains("the GPU has 40.0 MiB free (cuda:0 at the first Hello)"));
+  need.store = 70ll << 20;
+  CHECK_THAT(CheckRunMemory(need, explicit_budget, "the run", gpu).message(),
+             Catch::Contains("memory budget is 64.0 MiB"));  // the host's part first
 }
 
 }  // namespace farm

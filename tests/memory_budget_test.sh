@@ -9,6 +9,8 @@
 #     refused at the first Hello with the figure and the limit's source.
 #  4. The same with the check off (learner.memory_budget_mb -1): an allocation fails mid-run; the learner says
 #     it ran out of memory (not a divergence, not an abort), tells the worker to stop and exits with status 1.
+#  5. A resume that cannot fit: refused at the first Hello before anything is written (config.yaml,
+#     policy_spec.json, checkpoints as they were).
 # Usage: memory_budget_test.sh BUILD_DIR
 build_dir="$(cd "$1" && pwd)"
 source "$(dirname "$0")/lib.sh"
@@ -119,3 +121,22 @@ grep -Eq "can't allocate memory|out of memory" "$tmp/l6.log" || { cat "$tmp/l6.l
 [ "$wrc" -eq 0 ] || { cat "$tmp/w6.log"; fail "the worker was not told to stop ($wrc)"; }
 grep -q "learner says stop" "$tmp/w6.log" || { cat "$tmp/w6.log"; fail "the worker did not hear Stop"; }
 echo "ok: $(grep -Eo "stopping: .*" "$tmp/l6.log" | head -1)"
+
+# --- 5. a resume that no longer fits ------------------------------------------------------------------
+# The run of case 2 resumed with a budget it cannot fit: refused at the first Hello before anything is written,
+# so its config.yaml, policy_spec.json and checkpoints are as they were.
+before=$(cd "$tmp/run3" && md5sum config.yaml policy_spec.json checkpoints/latest)
+endpoint="tcp://127.0.0.1:$(free_port)"
+"$learner_bin" --resume "$tmp/run3" --set "transport.bind=$endpoint" --set learner.memory_budget_mb=1 \
+  --set total_env_steps=800000 --set learner.progress_interval_s=100 > "$tmp/l7.log" 2>&1 &
+learner=$!
+pids+=("$learner")
+worker "$tmp/w7.log" --set env.num_envs=1024
+rc=0; wait "$learner" || rc=$?
+wait "$worker" || true
+[ "$rc" -eq 1 ] || { cat "$tmp/l7.log"; fail "the resume that cannot fit exited $rc, expected 1"; }
+grep -q "the run needs about .* but the memory budget is 1.0 MiB" "$tmp/l7.log" ||
+  { cat "$tmp/l7.log"; fail "the resume's refusal does not give the figures"; }
+after=$(cd "$tmp/run3" && md5sum config.yaml policy_spec.json checkpoints/latest)
+[ "$before" = "$after" ] || { echo "$before"; echo "$after"; fail "a resume refused for memory changed the run directory"; }
+echo "ok: a resume that cannot fit is refused and leaves the run directory as it was"
