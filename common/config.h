@@ -146,7 +146,7 @@ struct LearnerConfig {
   // What the run is expected to hold (policy copies, optimizer, trajectory store, the update's copy, activations;
   // learner/memory_budget.h) must fit this many MiB, checked at every Hello: a run that cannot fit stops at its
   // first Hello, a worker that would not fit is refused. 0: the process's own limit (a cgroup's memory.max,
-  // ulimit -v) less what it used at start, no check without one; -1: no check. On CUDA the policy, optimizer,
+  // ulimit -v) less what it holds at the first Hello, no check without one; -1: no check. On CUDA the policy, optimizer,
   // update and activations are checked against the GPU's free memory instead. At most 2^40 MiB (1 EiB).
   int64_t memory_budget_mb = 0;
   static constexpr double kMaxMemoryBudgetMb = 1099511627776.0;

@@ -44,23 +44,17 @@ Status WriteTempFile(const std::string& tmp, const std::string& text) {
   return Status::Ok();
 }
 
-Status CommitFile(const std::string& tmp, const std::string& path) {
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", tmp, std::strerror(errno)));
+Status SyncFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(fmt::format("{}: fsync failed: {}", tmp, std::strerror(err)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, why));
-  }
-  // The rename itself is durable only once the directory is: without this, a power loss could leave the old
-  // file (or none) behind although the new one was reported written.
+  if (rc != 0) return Status::IoError(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
+  return Status::Ok();
+}
+
+Status SyncParentDirectory(const std::string& path) {
   const std::string::size_type slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -70,6 +64,21 @@ Status CommitFile(const std::string& tmp, const std::string& path) {
   ::close(dfd);
   if (drc != 0) return Status::IoError(fmt::format("{}: fsync of the directory failed: {}", dir, std::strerror(derr)));
   return Status::Ok();
+}
+
+Status CommitFile(const std::string& tmp, const std::string& path) {
+  if (auto s = SyncFile(tmp); !s.ok()) {
+    std::remove(tmp.c_str());
+    return s;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return Status::IoError(fmt::format("rename {} -> {} failed: {}", tmp, path, why));
+  }
+  // The rename itself is durable only once the directory is: without this, a power loss could leave the old
+  // file (or none) behind although the new one was reported written.
+  return SyncParentDirectory(path);
 }
 
 namespace {

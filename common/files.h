@@ -17,10 +17,15 @@ Status WriteFileAtomic(const std::string& path, const std::string& text);
 // `tmp` is removed and the error names it and the OS's reason.
 Status WriteTempFile(const std::string& tmp, const std::string& text);
 
-// Makes a finished temp file durable and moves it into place: fsync, rename
-// over `path`, then fsync of the directory (so the rename survives a power
+// Makes a finished temp file durable and moves it into place: SyncFile, rename
+// over `path`, then SyncParentDirectory (so the rename survives a power
 // loss too). On failure before the rename the temp file is removed.
 Status CommitFile(const std::string& tmp, const std::string& path);
+
+// fsync(2) of a file, and of the directory that holds `path` (which makes renames in it durable). A delayed
+// write error (ENOSPC on a filesystem that allocates late, EDQUOT, EIO) shows here; the error names the file.
+Status SyncFile(const std::string& path);
+Status SyncParentDirectory(const std::string& path);
 
 // Removes `path` and, for a directory, everything under it (symbolic links are removed, not followed).
 // A missing path is not an error. Use this rather than std::filesystem::remove_all in code that links

@@ -213,22 +213,29 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int
   const std::string path = dir + "/" + name;
   const std::string crc_path = path + ".crc32c";
   // The final checkpoint may have the name of the last periodic one (no update between them), which `latest`
-  // may name: both files are written in full before either replaces anything, so a full disk leaves that pair
-  // as it was. (Should the checksum's rename fail after the checkpoint's, the pair does not match and --resume
-  // skips it for the one before.)
-  const bool replacing = std::filesystem::exists(path, ec);
-  if (auto s = WriteTempFile(path + ".tmp", data); !s.ok()) return s;
+  // may name: both files are written and synced in full before either replaces anything, so a full disk (seen
+  // at write or at fsync) leaves that pair as it was. Unsure whether it exists: treated as there.
+  const bool replacing = std::filesystem::exists(path, ec) || ec;
+  const std::string tmp = path + ".tmp", crc_tmp = crc_path + ".tmp";
+  auto drop_temps = [&] {
+    std::filesystem::remove(tmp, ec);
+    std::filesystem::remove(crc_tmp, ec);
+  };
   const uint32_t crc = Crc32c(data.data(), data.size());
-  if (auto s = WriteTempFile(crc_path + ".tmp", fmt::format("{:08x}\n", crc)); !s.ok()) {
-    std::filesystem::remove(path + ".tmp", ec);
-    return s;
-  }
-  Status s = CommitFile(path + ".tmp", path);
+  Status s = WriteTempFile(tmp, data);
+  if (s.ok()) s = WriteTempFile(crc_tmp, fmt::format("{:08x}\n", crc));
+  if (s.ok()) s = SyncFile(tmp);
+  if (s.ok()) s = SyncFile(crc_tmp);
   if (!s.ok()) {
-    std::filesystem::remove(crc_path + ".tmp", ec);
+    drop_temps();
     return s;
   }
-  s = CommitFile(crc_path + ".tmp", crc_path);
+  // Renames need no space; the directory's fsync makes both durable.
+  if (std::rename(tmp.c_str(), path.c_str()) != 0 || std::rename(crc_tmp.c_str(), crc_path.c_str()) != 0) {
+    s = Status::IoError(fmt::format("{}: rename into place failed: {}", path, std::strerror(errno)));
+    drop_temps();
+  }
+  if (s.ok()) s = SyncParentDirectory(path);
   // A checkpoint counts once `latest` names it. A new one whose checksum or `latest` cannot be written is removed
   // again (a checkpoint without its checksum would only be skipped by --resume), and `latest` stays on the
   // previous one; one that replaced a checkpoint of the same name stays (`latest` may name it already).
@@ -252,16 +259,18 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int
   return Status::Ok();
 }
 
-std::vector<std::string> ListCheckpoints(const std::string& dir) {
+std::vector<std::string> ListCheckpoints(const std::string& dir, std::error_code* error) {
   std::vector<std::string> out;
   std::error_code ec;
   // increment(ec), not a range-for: reading a directory can fail midway (EIO, ESTALE on a network disk), and
-  // the range-for's increment would throw.
+  // the range-for's increment would throw. A missing directory holds no checkpoints; any other error is the
+  // caller's to report.
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.rfind("ckpt-", 0) == 0 && name.size() > 8 && name.compare(name.size() - 3, 3, ".pt") == 0)
       out.push_back(it->path().string());
   }
+  if (error) *error = ec == std::errc::no_such_file_or_directory ? std::error_code() : ec;
   std::sort(out.rbegin(), out.rend());  // zero-padded update counts: newest first
   return out;
 }
@@ -277,7 +286,12 @@ Status FileCrc32c(const std::string& path, uint32_t* crc) {
 }
 
 Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std::vector<std::string>* skipped) {
-  for (const auto& candidate : ListCheckpoints(dir)) {
+  std::error_code list_error;
+  const auto candidates = ListCheckpoints(dir, &list_error);
+  // A listing cut short could hide the newest checkpoint: resuming from an older one without a word is worse
+  // than stopping.
+  if (list_error) return Status::IoError(fmt::format("{}: cannot list the checkpoints: {}", dir, list_error.message()));
+  for (const auto& candidate : candidates) {
     std::ifstream sidecar(candidate + ".crc32c");
     std::string expected;
     uint32_t crc = 0;

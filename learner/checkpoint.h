@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "common/config.h"
@@ -109,7 +110,7 @@ Status LoadObsTransform(const FarmConfig& config, const std::string& path, int64
                         std::optional<ObsTransform>* out);
 
 // Checkpoint files in `dir` (ckpt-*.pt), newest first.
-std::vector<std::string> ListCheckpoints(const std::string& dir);
+std::vector<std::string> ListCheckpoints(const std::string& dir, std::error_code* error = nullptr);
 
 // CRC32C of a whole file (SaveCheckpoint records it in <checkpoint>.crc32c).
 Status FileCrc32c(const std::string& path, uint32_t* crc);

@@ -118,6 +118,8 @@ void CheckpointWriter::Loop() {
         on_written_();
       } catch (const std::exception& e) {  // the outcome stays queued: Drain hands it over at shutdown
         spdlog::warn("checkpoint {}: could not announce the write: {}", item.bytes.name, ErrorText(e));
+      } catch (...) {
+        spdlog::warn("checkpoint {}: could not announce the write: an unknown exception", item.bytes.name);
       }
       lock.lock();
     }

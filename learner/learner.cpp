@@ -283,6 +283,7 @@ Status Learner::Run(nlohmann::json* summary) {
   // (Updates check their parameters only when they checkpoint: the last one is checked here.)
   m.inference.Begin("the final checkpoint");
   Status final_checkpoint;
+  bool final_attempted = false;
   try {  // after a LibTorch or CUDA error these may throw too: the workers must still hear Stop
     Outcome& o = m.outcome;
     if (!o.update_failed && m.trainer && o.start_failure.ok() && !m.trainer->ParametersFinite()) {
@@ -296,6 +297,7 @@ Status Learner::Run(nlohmann::json* summary) {
       const TrainingCounters c{m.stats.env_steps, m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
                                m.stats.Wall()};
       std::string path;
+      final_attempted = true;
       if (auto s = m.trainer->FinalCheckpoint(c, m.CaptureRunState(), &path); !s.ok()) {
         spdlog::error("final checkpoint: {} (the previous checkpoints are kept)", s.message());
         ++m.reporting.checkpoints_failed;
@@ -307,10 +309,13 @@ Status Learner::Run(nlohmann::json* summary) {
   } catch (const std::exception& e) {
     spdlog::error("no final checkpoint: {}", ErrorText(e));
   }
-  // Periodic writes that ended after the batcher closed (their kCheckpointDone was dropped), or still running when
-  // there is no final checkpoint: counted before the summary is made.
+  // Periodic writes that ended after the batcher closed (their kCheckpointDone was dropped): counted before the
+  // summary is made. After a final checkpoint nothing is left to wait for; without one (a failed update, a
+  // failed start) a write still in flight is not waited for, so that the workers hear Stop at once: it finishes
+  // when the trainer is destroyed, uncounted.
   if (m.trainer)
-    for (const auto& r : m.trainer->DrainCheckpoints()) m.NoteCheckpoint(r.status, r.name);
+    for (const auto& r : final_attempted ? m.trainer->DrainCheckpoints() : m.trainer->TakeCheckpointResults())
+      m.NoteCheckpoint(r.status, r.name);
   m.inference.End();
   const nlohmann::json s = m.Summary();
   wire::Envelope stop;

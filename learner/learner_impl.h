@@ -153,6 +153,7 @@ struct Learner::Impl {
   void ReplyError(const std::string& identity, const std::string& message, const wire::StepRequest* req,
                   wire::Error::Code code = wire::Error::FATAL);
   void FailStart(const std::string& why);
+  void ResolveMemoryBudgets();
   Status CheckMemoryWith(int64_t added_rows, const std::string& what);
   void FailServing(const std::string& what);
   RunState CaptureRunState();

@@ -66,6 +66,7 @@ void Learner::Impl::OnHello(Work& w) {
 
 bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                                  const std::function<void(const std::string&)>& refuse) {
+  ResolveMemoryBudgets();
   RunParts parts;
   bool fatal = false;
   if (auto s = BuildRun(config, device, precision, h, hs, &normalizer, &parts, &fatal); !s.ok()) {
@@ -126,23 +127,26 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
 
 // The run's expected memory with `added_rows` more agent rows in the store, against the budget (only while
 // recording: serving keeps no store). `what` names the run or the joining worker in the refusal.
-// The budget is resolved at the first Hello, once the policy is built and the process's own threads exist, so
-// that what the process holds then is not counted as room.
+// At the first Hello, before the run is built: what the process holds then (LibTorch, the sockets and their
+// threads) is not room, and what the run will hold (policies, optimizer, a resumed checkpoint) is the estimate's
+// to count, not the measurement's.
+void Learner::Impl::ResolveMemoryBudgets() {
+  if (!recording || config.learner.memory_budget_mb < 0) return;
+  const auto limit = DetectMemoryLimit();
+  // Under RLIMIT_AS, the threads the run starts later reserve address space too: the trainer, the checkpoint
+  // writer, and the trainer's own OpenMP team.
+  memory_budget = ResolveMemoryBudget(config.learner.memory_budget_mb, limit, limit ? ProcessMemoryUsed(*limit) : 0,
+                                      config.learner.threads + 1);
+  if (memory_budget)
+    spdlog::info("memory budget for the run: {:.1f} MiB ({})", static_cast<double>(memory_budget->bytes) / (1 << 20),
+                 memory_budget->source);
+  if (const auto free = CudaFreeBytes(device))
+    gpu_budget = MemoryBudget{*free, fmt::format("{} free at the first Hello", device.str())};
+}
+
 Status Learner::Impl::CheckMemoryWith(int64_t added_rows, const std::string& what) {
   if (!recording) return Status::Ok();
   const bool first = !registry.has_run();
-  if (first && config.learner.memory_budget_mb >= 0) {
-    const auto limit = DetectMemoryLimit();
-    // Under RLIMIT_AS, the threads the run starts after this reserve address space too: the trainer, the
-    // checkpoint writer, and the trainer's own OpenMP team.
-    memory_budget = ResolveMemoryBudget(config.learner.memory_budget_mb, limit, limit ? ProcessMemoryUsed(*limit) : 0,
-                                        config.learner.threads + 1);
-    if (memory_budget)
-      spdlog::info("memory budget for the run: {:.1f} MiB ({})", static_cast<double>(memory_budget->bytes) / (1 << 20),
-                   memory_budget->source);
-    if (const auto free = CudaFreeBytes(device))
-      gpu_budget = MemoryBudget{*free, fmt::format("{} at the first Hello", device.str())};
-  }
   RunMemoryInputs in = memory_inputs;
   in.rows = collector.store().num_rows() + added_rows;
   const RunMemory need = EstimateRunMemory(in, config.ppo, config.mode == "async", device.is_cuda());

@@ -47,31 +47,6 @@ void CgroupPaths(const std::string& proc_self, std::string* v2, std::string* v1_
   }
 }
 
-// The tightest limit in `file` under `dir`, from the cgroup at `path` up to the root: a parent's limit holds for
-// its children. Inside a container's cgroup namespace the process's own cgroup is the root, and a path that is
-// not under `dir` (the host's path with the container's tree mounted) ends at the root too.
-std::optional<MemoryLimit> TightestCgroupLimit(const std::string& dir, std::string path, const std::string& file,
-                                               const std::string& label) {
-  std::optional<MemoryLimit> best;
-  while (true) {
-    if (!path.empty() && path.back() == '/') path.pop_back();
-    const std::string candidate = dir + path + "/" + file;
-    if (auto text = ReadFile(candidate))
-      if (auto bytes = ParseCgroupLimit(*text); bytes && (!best || *bytes < best->bytes))
-        best = MemoryLimit{*bytes, label + " (" + candidate + ")"};
-    if (path.empty()) return best;
-    path = path.substr(0, path.rfind('/'));
-  }
-}
-
-std::optional<MemoryLimit> CgroupLimit(const std::string& sys_root, const std::string& proc_self) {
-  std::string v2, v1;
-  CgroupPaths(proc_self, &v2, &v1);
-  if (!v2.empty() || ReadFile(sys_root + "/memory.max"))
-    if (auto limit = TightestCgroupLimit(sys_root, v2, "memory.max", "cgroup memory.max")) return limit;
-  return TightestCgroupLimit(sys_root + "/memory", v1, "memory.limit_in_bytes", "cgroup memory.limit_in_bytes");
-}
-
 // A field of a cgroup's memory.stat ("inactive_file 123"); 0 when missing.
 int64_t MemoryStat(const std::string& stat_path, const std::string& key) {
   const auto text = ReadFile(stat_path);
@@ -82,6 +57,52 @@ int64_t MemoryStat(const std::string& stat_path, const std::string& key) {
   while (lines >> name >> value)
     if (name == key) return value;
   return 0;
+}
+
+// What counts against the limit of the cgroup directory `dir`: its usage less the page cache the kernel reclaims
+// first; 0 when unreadable.
+int64_t CgroupUsed(const std::string& dir, bool v2) {
+  if (auto text = ReadFile(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes")))
+    if (auto v = ParseCgroupLimit(*text)) {
+      // v1 names its hierarchical figure total_inactive_file.
+      const int64_t cache = MemoryStat(dir + "/memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+      return std::max<int64_t>(0, *v - cache);
+    }
+  return 0;
+}
+
+// The limit in `file` under `dir` that leaves the least room (limit less that cgroup's usage), from the cgroup at
+// `path` up to the root: a parent's limit holds for its children, and siblings use it too. Inside a container's
+// cgroup namespace the process's own cgroup is the root, and a path that is not under `dir` (the host's path
+// with the container's tree mounted) ends at the root too.
+std::optional<MemoryLimit> TightestCgroupLimit(const std::string& dir, std::string path, const std::string& file,
+                                               const std::string& label, bool v2) {
+  std::optional<MemoryLimit> best;
+  int64_t best_room = 0;
+  while (true) {
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    const std::string level = dir + path;
+    if (auto text = ReadFile(level + "/" + file))
+      if (auto bytes = ParseCgroupLimit(*text)) {
+        const int64_t room = *bytes - CgroupUsed(level, v2);
+        if (!best || room < best_room) {
+          best = MemoryLimit{*bytes, label + " (" + level + "/" + file + ")"};
+          best_room = room;
+        }
+      }
+    const auto slash = path.rfind('/');
+    if (path.empty() || slash == std::string::npos) return best;
+    path = path.substr(0, slash);
+  }
+}
+
+std::optional<MemoryLimit> CgroupLimit(const std::string& sys_root, const std::string& proc_self) {
+  std::string v2, v1;
+  CgroupPaths(proc_self, &v2, &v1);
+  if (!v2.empty() || ReadFile(sys_root + "/memory.max"))
+    if (auto limit = TightestCgroupLimit(sys_root, v2, "memory.max", "cgroup memory.max", true)) return limit;
+  return TightestCgroupLimit(sys_root + "/memory", v1, "memory.limit_in_bytes", "cgroup memory.limit_in_bytes",
+                             false);
 }
 
 }  // namespace
@@ -141,8 +162,12 @@ std::optional<MemoryLimit> DetectMemoryLimit(const std::string& sys_root, const 
   std::optional<MemoryLimit> best = CgroupLimit(sys_root, proc_self);
   rlimit rl{};
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    const int64_t bytes = static_cast<int64_t>(std::min<rlim_t>(rl.rlim_cur, static_cast<rlim_t>(INT64_MAX)));
-    if (!best || bytes < best->bytes) best = MemoryLimit{bytes, "RLIMIT_AS (ulimit -v)"};
+    const MemoryLimit as{static_cast<int64_t>(std::min<rlim_t>(rl.rlim_cur, static_cast<rlim_t>(INT64_MAX))),
+                         "RLIMIT_AS (ulimit -v)"};
+    // The one that leaves less room wins.
+    if (!best || as.bytes - ProcessMemoryUsed(as, sys_root, proc_self) <
+                     best->bytes - ProcessMemoryUsed(*best, sys_root, proc_self))
+      best = as;
   }
   return best;
 }
@@ -155,13 +180,7 @@ int64_t ProcessMemoryUsed(const MemoryLimit& limit, const std::string& sys_root,
       const std::string file = limit.source.substr(open + 1, close - open - 1);
       const std::string dir = file.substr(0, file.rfind('/'));
       const bool v2 = file.size() >= 11 && file.compare(file.size() - 11, 11, "/memory.max") == 0;
-      if (auto text = ReadFile(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes")))
-        if (auto v = ParseCgroupLimit(*text)) {
-          // Page cache the kernel reclaims before it fails an allocation (v1 names its hierarchical figure
-          // total_inactive_file).
-          const int64_t cache = MemoryStat(dir + "/memory.stat", v2 ? "inactive_file" : "total_inactive_file");
-          return std::max<int64_t>(0, *v - cache);
-        }
+      return CgroupUsed(dir, v2);
     }
     (void)sys_root;
     return 0;

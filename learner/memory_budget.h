@@ -6,7 +6,8 @@
 // recorded while the other trains), the update's copy of a rollout, and one minibatch's activations. It is an
 // upper estimate, not a measurement: the learner checks it at every Hello against learner.memory_budget_mb, or,
 // when that is 0, against the process's own limit (DetectMemoryLimit: a cgroup's memory.max or
-// memory.limit_in_bytes, RLIMIT_AS) less what the process used when it started. A run that cannot fit is
+// memory.limit_in_bytes, RLIMIT_AS) less what the process holds at the first Hello, before the run is built.
+// A run that cannot fit is
 // refused at its first Hello with the figures (the run stops in order, exit status 1); a worker whose rows
 // would not fit is refused, and the run trains on with the others.
 //
@@ -60,8 +61,9 @@ struct MemoryLimit {
 // A cgroup limit file's content: "max" (v2) or a figure of 2^62 and more (v1's "unlimited") is none.
 std::optional<int64_t> ParseCgroupLimit(const std::string& text);
 
-// The tightest of the process's cgroup memory limits (v2, then v1; its own cgroup's and every ancestor's: a
-// parent's limit holds for its children) and RLIMIT_AS; none when none is set. `sys_root` and `proc_self` are
+// The process's memory limit that leaves the least room (limit less ProcessMemoryUsed): its cgroup's or any
+// ancestor's (v2, then v1; a parent's limit holds for its children and their siblings use it too) and
+// RLIMIT_AS; none when none is set. `sys_root` and `proc_self` are
 // for tests.
 std::optional<MemoryLimit> DetectMemoryLimit(const std::string& sys_root = "/sys/fs/cgroup",
                                              const std::string& proc_self = "/proc/self");
@@ -77,7 +79,7 @@ int64_t ProcessMemoryUsed(const MemoryLimit& limit, const std::string& sys_root 
 int64_t AddressSpacePerThread();
 
 // The budget a run's estimate must fit: learner.memory_budget_mb when positive; when 0, the process's limit less
-// `used` (ProcessMemoryUsed, measured at the first Hello, once the policy is built) and, under RLIMIT_AS, less
+// `used` (ProcessMemoryUsed, measured at the first Hello before the run is built) and, under RLIMIT_AS, less
 // the address space of the `threads_to_come` the run starts after that (AddressSpacePerThread each); none when
 // -1 or when no limit is set. `source` says which, for messages.
 struct MemoryBudget {

@@ -64,10 +64,15 @@ Status RunDir::CheckUsable(const FarmConfig& config) {
     if (auto s = FindLatestValidCheckpoint(dir + "/checkpoints", &latest, &skipped); !s.ok())
       return Status::NotFound(fmt::format("learner.resume: nothing to resume in run_dir '{}': {}{}", dir, s.message(),
                                           skipped.empty() ? "" : " (" + skipped.front() + ")"));
-  } else if (!dir.empty() && !ListCheckpoints(dir + "/checkpoints").empty()) {
+  } else if (!dir.empty()) {
     // A new run would write checkpoints with low update counts next to the old run's, which the keep-newest
     // pruning would then delete at once.
-    return Status::InvalidArgument(fmt::format(
+    std::error_code ec;
+    const bool any = !ListCheckpoints(dir + "/checkpoints", &ec).empty();
+    if (ec)
+      return Status::IoError(fmt::format("run_dir '{}': cannot list {}/checkpoints: {}", dir, dir, ec.message()));
+    if (any)
+      return Status::InvalidArgument(fmt::format(
         "run_dir '{}' already holds another run's checkpoints: continue it with --resume (learner.resume: true) once "
         "no learner is using it, or choose another run_dir",
         dir));

@@ -407,6 +407,22 @@ TEST_CASE("CheckpointWriter: a write that fails or throws is an outcome, never s
   (void)RemoveTree(base);
 }
 
+TEST_CASE("a checkpoint directory that cannot be listed is an error, not an empty or older list", "[checkpoint]") {
+  const std::string base = TempDir("ckpt-list");
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/checkpoints") << "a file where the directory should be";
+  std::error_code ec;
+  CHECK(ListCheckpoints(base + "/checkpoints", &ec).empty());
+  CHECK(ec);  // ENOTDIR
+  std::string found;
+  const Status s = FindLatestValidCheckpoint(base + "/checkpoints", &found, nullptr);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("cannot list the checkpoints"));
+  CHECK(ListCheckpoints(base + "/missing", &ec).empty());
+  CHECK_FALSE(ec);  // a missing directory holds no checkpoints
+  (void)RemoveTree(base);
+}
+
 TEST_CASE("WriteCheckpoint: a checkpoint of the same name that cannot be written leaves the one there", "[checkpoint]") {
   const std::string dir = TempDir("ckpt-same-name");
   std::string path;

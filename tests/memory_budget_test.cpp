@@ -130,6 +130,21 @@ TEST_CASE("DetectMemoryLimit reads the process's cgroup (v2, then v1) and Proces
       CHECK(ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 104857600);  // 200 MiB used, 100 MiB of it cache
     }
   }
+  SECTION("cgroup v2: the level with the least room, not the smallest limit (siblings fill a parent)") {
+    FakeTree t;
+    t.Write("proc/cgroup", "0::/work/learner\n");
+    t.Write("sys/work/learner/memory.max", "4294967296\n");       // 4 GiB, 0.5 GiB used
+    t.Write("sys/work/learner/memory.current", "536870912\n");
+    t.Write("sys/work/memory.max", "6442450944\n");               // 6 GiB, 5.8 GiB used by the siblings too
+    t.Write("sys/work/memory.current", "6227702579\n");
+    const auto limit = DetectMemoryLimit(t.sys(), t.proc());
+    REQUIRE(limit);
+    if (AddressSpaceUnlimited()) {
+      CHECK(limit->bytes == 6442450944);
+      CHECK_THAT(limit->source, Catch::Contains("/work/memory.max"));
+      CHECK(limit->bytes - ProcessMemoryUsed(*limit, t.sys(), t.proc()) == 214748365);  // 0.2 GiB of room
+    }
+  }
   SECTION("cgroup v1: the hierarchy's tightest limit, usage less total_inactive_file") {
     FakeTree t;
     t.Write("proc/cgroup", "12:memory:/docker/abc\n");
