@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -260,35 +261,42 @@ std::string TempDir(const std::string& tag) {
 CheckpointBytes Bytes(int update) {
   return CheckpointBytes{"ckpt-0000000" + std::to_string(update) + ".pt", "data " + std::to_string(update)};
 }
+// A CheckpointWriter's before_write hook whose first call blocks until Release(): a slow disk, with no sleeps.
+struct FirstWriteBlocks {
+  std::promise<void> started, release;
+  std::shared_future<void> release_f = release.get_future().share();
+  std::atomic<int> writes{0};
+  std::function<void()> Hook() {
+    return [this] {
+      if (writes.fetch_add(1) == 0) {
+        started.set_value();
+        release_f.wait();
+      }
+    };
+  }
+  void WaitStarted() { started.get_future().wait(); }
+  void Release() { release.set_value(); }
+};
 }  // namespace
 
 TEST_CASE("CheckpointWriter: writes in order off the caller's thread, a newer checkpoint replaces one still waiting",
           "[checkpoint]") {
   const std::string dir = TempDir("ckpt-writer");
-  // The first write blocks until released: a slow disk, with no sleeps in the test.
-  std::promise<void> started, release;
-  std::shared_future<void> release_f = release.get_future().share();
-  std::atomic<int> writes{0};
-  auto before_write = [&] {
-    if (writes.fetch_add(1) == 0) {
-      started.set_value();
-      release_f.wait();
-    }
-  };
+  FirstWriteBlocks disk;
   std::atomic<int> announced{0};
   std::vector<CheckpointWriter::Written> done;
   int64_t skipped = 0;
   {
-    CheckpointWriter writer(dir, /*keep=*/0, [&] { ++announced; }, before_write);
+    CheckpointWriter writer(dir, /*keep=*/0, [&] { ++announced; }, disk.Hook());
     writer.Submit(Bytes(1));
-    started.get_future().wait();  // checkpoint 1 is being written (and blocked)
+    disk.WaitStarted();  // checkpoint 1 is being written (and blocked)
     CHECK(writer.in_flight_seconds() > 0);
     writer.Submit(Bytes(2));  // waits
     writer.Submit(Bytes(3));  // replaces 2, which is never written
     CHECK(writer.skipped() == 1);
     CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000001.pt"));
     CHECK(writer.TakeResults().empty());
-    release.set_value();
+    disk.Release();
     done = writer.Drain();  // 1, then 3
     writer.Submit(Bytes(5));
     writer.Submit(Bytes(6));  // 5 may be written or replaced: the writer is not blocked any more
@@ -318,18 +326,10 @@ TEST_CASE("CheckpointWriter: writes in order off the caller's thread, a newer ch
 
 TEST_CASE("CheckpointWriter: the final checkpoint drops a waiting periodic one and is written next", "[checkpoint]") {
   const std::string dir = TempDir("ckpt-writer-final");
-  std::promise<void> started, release;
-  std::shared_future<void> release_f = release.get_future().share();
-  std::atomic<int> writes{0};
-  auto before_write = [&] {
-    if (writes.fetch_add(1) == 0) {
-      started.set_value();
-      release_f.wait();
-    }
-  };
-  CheckpointWriter writer(dir, 0, {}, before_write);
+  FirstWriteBlocks disk;
+  CheckpointWriter writer(dir, 0, {}, disk.Hook());
   writer.Submit(Bytes(1));
-  started.get_future().wait();
+  disk.WaitStarted();
   writer.Submit(Bytes(2));  // waiting behind 1 when the stop comes
   std::future<Status> final_status = std::async(std::launch::async, [&] { return writer.WriteNow(Bytes(3), nullptr); });
   // WriteNow drops 2 before it waits for 1: skipped() says so while 1 is still blocked.
@@ -337,13 +337,13 @@ TEST_CASE("CheckpointWriter: the final checkpoint drops a waiting periodic one a
   while (writer.skipped() == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(writer.skipped() == 1);
-  release.set_value();
+  disk.Release();
   REQUIRE(final_status.get().ok());
   const auto done = writer.Drain();
   REQUIRE(done.size() == 1);
   CHECK(done[0].name == "ckpt-00000001.pt");
   CHECK(writer.skipped() == 1);
-  CHECK(writes.load() == 2);  // 1 and 3
+  CHECK(disk.writes.load() == 2);  // 1 and 3
   CHECK_FALSE(std::filesystem::exists(dir + "/ckpt-00000002.pt"));
   CHECK(ReadAll(dir + "/latest") == "ckpt-00000003.pt\n");
   (void)RemoveTree(dir);

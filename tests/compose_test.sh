@@ -43,7 +43,8 @@ if ! docker info > /dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || fail "no dockerd answers, and only root may start one"
   dockerd > "$tmp/dockerd.log" 2>&1 &
   started_dockerd=$!
-  if ! wait_until 60 docker info; then
+  docker_up() { docker info > /dev/null 2>&1; }
+  if ! wait_until 60 docker_up; then
     echo "SKIP: dockerd cannot run on this machine:"; tail -5 "$tmp/dockerd.log"
     exit 77
   fi
