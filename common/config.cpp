@@ -328,6 +328,14 @@ Status ValidateConfig(const FarmConfig& c) {
         "ppo.fused_update=on needs ppo.encoder=mlp (got {}): the fused update knows only the MLP; use "
         "ppo.fused_update=auto to fall back to the LibTorch update",
         c.ppo.encoder));
+  if (c.ppo.sde && c.ppo.fused_update == "on")
+    return Status::InvalidArgument(
+        "ppo.fused_update=on cannot train ppo.sde (the fused update has only a state-independent log-std); use "
+        "ppo.fused_update=auto to fall back to the LibTorch update, or ppo.sde=false");
+  if (c.ppo.sde && c.learner.cuda_graphs && !c.learner.deterministic && !c.learner.random_actions)
+    return Status::InvalidArgument(
+        "learner.cuda_graphs cannot act with ppo.sde (each env's noise matrix is held between its steps, outside "
+        "the graphs); set learner.cuda_graphs=false, or ppo.sde=false");
   // ZeroMQ would take a port past 65535 modulo 65536 (tcp://127.0.0.1:99999 binds port 34463), and without a
   // port the address would be refused later as "not a loopback address".
   if (auto s = CheckEndpoint(c.transport.bind, /*bind=*/true); !s.ok())

@@ -191,6 +191,14 @@ struct PpoConfig {
   // Box actions: the Gaussian's log-std starts here (0: std 1, CleanRL's and SB3's default); a negative value
   // starts with less noise (rl-zoo's log_std_init). Learned from then on, per action dimension.
   double log_std_init = 0.0;
+  // Box actions: generalised state-dependent exploration (gSDE, Raffin et al. 2021; SB3's use_sde with
+  // full_std). The action noise is z(s) . (W * sigma), z the actor's last hidden layer (detached), sigma =
+  // exp(log_std) a learned [hidden, action] matrix and W standard normal, drawn per env and held for
+  // sde_sample_freq of its steps; the log-prob is that of N(mean, sqrt(z^2 . sigma^2 + 1e-6)). Smooth,
+  // state-dependent exploration (Pendulum's swing-up). The fused CPU update and learner.cuda_graphs do not
+  // train/act with it (auto falls back to the LibTorch update; cuda_graphs is refused).
+  bool sde = false;
+  int sde_sample_freq = 4;  // env steps each env's noise matrix is held
   // mlp: flattened inputs; cnn: a conv stack for [C, H, W] observations and global states (learner/policy.h).
   std::string encoder = "mlp";
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
@@ -221,6 +229,8 @@ struct PpoConfig {
     v("target_kl", target_kl, Rule::Positive());
     v("hidden_sizes", hidden_sizes, Rule::AtLeast(1));
     v("log_std_init", log_std_init, Rule::Between(-10, 2));
+    v("sde", sde);
+    v("sde_sample_freq", sde_sample_freq, Rule::AtLeast(1));
     v("encoder", encoder, Rule::OneOf({"mlp", "cnn"}));
     v("bootstrap_truncated", bootstrap_truncated);
     v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));

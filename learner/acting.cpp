@@ -5,8 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <random>
 
 #include "common/wire.h"
 
@@ -27,7 +30,8 @@ Acting::Acting(const FarmConfig& config, torch::Device device, Precision precisi
       obs_shape_(observation.shape),
       policy_(std::move(policy)),
       graphed_(std::move(graphed)),
-      random_gen_(at::make_generator<at::CPUGeneratorImpl>(config.seed)) {
+      random_gen_(at::make_generator<at::CPUGeneratorImpl>(config.seed)),
+      sde_(policy_ && policy_->options().sde && !config.learner.deterministic && !config.learner.random_actions) {
   if (use_state_) state_shape_ = policy_->options().global_state->shape;
 }
 
@@ -101,6 +105,7 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
     }
   }
   std::fill(dst, dst + (padded_rows_ - rows) * obs_numel, 0.0f);
+  if (sde_) GatherSdeNoise(steps);
   // The critic's global states in the same order: each request's, then the final ones, one per env as they
   // come (the critic runs once per env; the CUDA graphs, whose buckets are powers of two, take one per row, so
   // for them each env's state is repeated for its agents). Serving without training needs only the actor: no
@@ -137,6 +142,34 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   }
 }
 
+void Acting::GatherSdeNoise(const std::vector<Work*>& steps) {
+  const int64_t latent = policy_->sde_latent_size();
+  const int64_t per_row = latent * action_.numel();
+  if (!batch_noise_.defined() || batch_noise_.size(0) < padded_rows_) {
+    batch_noise_ = torch::empty({std::max<int64_t>(padded_rows_, config_.batcher.max_rows), latent, action_.numel()},
+                                torch::kFloat32);
+    if (device_.is_cuda()) batch_noise_ = batch_noise_.pin_memory();
+  }
+  float* dst = batch_noise_.data_ptr<float>();
+  const auto freq = static_cast<uint64_t>(config_.ppo.sde_sample_freq);
+  auto split = [](uint64_t v) { return std::array<uint32_t, 2>{static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32)}; };
+  for (const Work* w : steps) {
+    const auto& step = w->msg.step();
+    // One stream per request and sample period; each row takes its own stretch of it. The same (worker, group,
+    // period) gives the same matrices, so an env keeps its noise for sde_sample_freq steps.
+    const auto run = split(config_.seed);
+    const auto worker = split(std::hash<std::string>{}(w->identity));
+    const auto period = split(step.seq() / freq);
+    std::seed_seq seed{run[0], run[1], worker[0], worker[1], step.group(), period[0], period[1]};
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> normal;  // per request: it caches the second value of each pair it draws
+    for (int64_t i = 0; i < w->rows * per_row; ++i) *dst++ = normal(gen);
+  }
+  // Final observations (their actions are never used) and the padding: no noise.
+  float* end = batch_noise_.data_ptr<float>() + padded_rows_ * per_row;
+  std::fill(dst, end, 0.0f);
+}
+
 Acting::Output Acting::Forward(int64_t rows) {
   torch::Tensor state = batch_states_view_;
   Output result;
@@ -157,7 +190,9 @@ Acting::Output Acting::Forward(int64_t rows) {
     }
     const auto generator_lock = LockCudaGenerator(device_);  // sampling draws while the trainer may capture
     // Values are used only to train: a learner that only serves (learner.train false) skips the critic.
-    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic, /*with_value=*/recording_);
+    torch::Tensor noise;
+    if (sde_) noise = batch_noise_.narrow(0, 0, padded).to(device_, /*non_blocking=*/true);
+    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic, /*with_value=*/recording_, noise);
   }
   // The padding's rows are dropped before the copies back to the host.
   result.action = out.action.narrow(0, 0, rows).to(torch::kCPU).contiguous();

@@ -4,7 +4,10 @@
 // preallocated buffers (pinned on CUDA), runs one forward pass of the acting
 // policy (eagerly or replayed from CUDA graphs) or draws uniform random
 // actions (learner.random_actions), and encodes each request's reply,
-// clipping box actions to their bounds.
+// clipping box actions to their bounds. With state-dependent exploration
+// (ppo.sde) it draws each env's noise matrix, held for ppo.sde_sample_freq of
+// the env's steps: a function of (run seed, worker, group, row, seq /
+// sde_sample_freq), so nothing is stored per env.
 //
 // Threading: owned by the inference thread.
 #pragma once
@@ -63,6 +66,8 @@ class Acting {
   static int64_t PaddedRows(int64_t units);
   Output RandomActions(int64_t rows);
   Output Forward(int64_t rows);
+  // sde: every request's noise matrices into batch_noise_ (the final observations' and the padding's are zero).
+  void GatherSdeNoise(const std::vector<Work*>& steps);
 
   const FarmConfig config_;
   const torch::Device device_;
@@ -81,6 +86,8 @@ class Acting {
   torch::Tensor batch_state_;  // the same for global states
   int64_t padded_rows_ = 0;     // rows of the gathered batch, padding included
   torch::Tensor batch_states_view_;  // the gathered states of the batch (undefined when not needed)
+  const bool sde_;                   // the policy samples with held noise matrices (ppo.sde, not deterministic)
+  torch::Tensor batch_noise_;        // sde: [rows, latent, action numel] standard normals, preallocated
 
  public:
   // learner.random_actions' generator, whose state a checkpoint keeps.

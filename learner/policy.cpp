@@ -16,6 +16,7 @@ constexpr double kHalfLog2Pi = 0.91893853320467274178;
 constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2), for tanh (and the cnn's ReLU) hidden layers
 constexpr double kPolicyHeadGain = 0.01;  // near-uniform initial policy
 constexpr double kValueHeadGain = 1.0;
+constexpr double kSdeEpsilon = 1e-6;  // added to gSDE's variance (SB3's StateDependentNoiseDistribution)
 
 torch::nn::Linear OrthogonalLinear(int64_t in, int64_t out, double gain) {
   torch::nn::Linear linear(in, out);
@@ -140,8 +141,40 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain));
     critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain));
   }
-  if (action_.is_box())
+  if (options_.sde && !action_.is_box())
+    throw std::invalid_argument("ActorCritic: state-dependent exploration (sde) needs a box action space, got " +
+                                action_.ToString());
+  if (options_.sde) {
+    sde_latent_ = actor_->at<torch::nn::LinearImpl>(actor_->size() - 1).weight.size(1);
+    log_std_ = register_parameter(
+        "log_std", torch::full({sde_latent_, head_dim}, static_cast<float>(options_.log_std_init)));
+  } else if (action_.is_box()) {
     log_std_ = register_parameter("log_std", torch::full({head_dim}, static_cast<float>(options_.log_std_init)));
+  }
+}
+
+torch::Tensor ActorCriticImpl::ActorLatent(const torch::Tensor& features) {
+  torch::Tensor x = features;
+  const std::size_t layers = actor_->size();
+  // Mlp's layers: Linear, Tanh, ..., Linear (the head, left out here).
+  for (std::size_t i = 0; i + 1 < layers; ++i) {
+    if (auto* linear = actor_[i]->as<torch::nn::LinearImpl>()) {
+      x = linear->forward(x);
+    } else {
+      x = torch::tanh(x);
+    }
+  }
+  return x;
+}
+
+torch::Tensor ActorCriticImpl::ActorHead(const torch::Tensor& latent) {
+  return actor_->at<torch::nn::LinearImpl>(actor_->size() - 1).forward(latent);
+}
+
+torch::Tensor ActorCriticImpl::SdeVariance(const torch::Tensor& latent) {
+  // Elementwise and a sum rather than a matmul: autocast leaves them in float32.
+  const torch::Tensor z2 = latent.detach().to(torch::kFloat32).square().unsqueeze(-1);  // [B, L, 1]
+  return (z2 * (2 * log_std_).exp()).sum(1) + kSdeEpsilon;                          // [B, A]
 }
 
 torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {
@@ -174,10 +207,39 @@ torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch
 }
 
 ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic,
-                               bool with_value) {
+                               bool with_value, const torch::Tensor& sde_noise) {
   ActOutput out;
   // Acting needs only the actor: a centralised critic without its state leaves the value undefined.
   if (with_value && (!options_.global_state || state.defined())) out.value = CriticValue(obs, state, "Act");
+  if (options_.sde) {
+    const torch::Tensor latent = ActorLatent(ActorFeatures(obs));
+    const torch::Tensor mean = ActorHead(latent).to(torch::kFloat32);
+    const torch::Tensor var = SdeVariance(latent);
+    const torch::Tensor log_norm = var.log().sum(-1).mul_(0.5).add_(kHalfLog2Pi * static_cast<double>(mean.size(-1)));
+    if (deterministic) {
+      out.action = mean;
+      out.logp = -log_norm;
+      return out;
+    }
+    torch::Tensor eps;
+    if (sde_noise.defined()) {
+      if (sde_noise.dim() != 3 || sde_noise.size(0) != mean.size(0) || sde_noise.size(1) != sde_latent_ ||
+          sde_noise.size(2) != mean.size(1))
+        throw std::invalid_argument("ActorCritic::Act: sde_noise must be [" + std::to_string(mean.size(0)) + ", " +
+                                    std::to_string(sde_latent_) + ", " + std::to_string(mean.size(1)) + "], got " +
+                                    c10::str(sde_noise.sizes()));
+      // z . (W * sigma): [B, 1, L] x [B, L, A].
+      const torch::Tensor z = latent.detach().to(torch::kFloat32).unsqueeze(-1);  // [B, L, 1]
+      const torch::Tensor noise = (z * sde_noise.to(torch::kFloat32) * log_std_.exp()).sum(1);
+      out.action = mean + noise;
+      eps = noise * var.rsqrt();
+    } else {
+      eps = torch::randn_like(mean);
+      out.action = torch::addcmul(mean, eps, var.sqrt());
+    }
+    out.logp = eps.square().sum(-1).mul_(-0.5).sub_(log_norm);
+    return out;
+  }
   const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
@@ -224,6 +286,18 @@ EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tens
   const int64_t batch = obs.size(0);
   EvalOutput out;
   out.value = CriticValue(obs, state, "Evaluate");
+  if (options_.sde) {
+    // N(mean, sqrt(var)) per dimension; var trains log_std only (z detached), the mean the whole actor.
+    const torch::Tensor latent = ActorLatent(ActorFeatures(obs));
+    const torch::Tensor mean = ActorHead(latent).to(torch::kFloat32);
+    const int64_t dim = mean.size(-1);
+    const torch::Tensor var = SdeVariance(latent);
+    const torch::Tensor half_log_var = 0.5 * var.log();
+    const torch::Tensor diff = actions.reshape({batch, dim}).to(torch::kFloat32) - mean;
+    out.logp = -0.5 * (diff.square() / var).sum(-1) - half_log_var.sum(-1) - kHalfLog2Pi * static_cast<double>(dim);
+    out.entropy = (half_log_var + (0.5 + kHalfLog2Pi)).sum(-1);
+    return out;
+  }
   const torch::Tensor head = actor_->forward(ActorFeatures(obs));
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);

@@ -6,7 +6,13 @@
 // action head is categorical for a discrete space, one categorical per
 // component for a multi-discrete space (log-probs and entropies summed over
 // the components, which are independent given the observation), and a
-// diagonal Gaussian with a state-independent log-std for a box space.
+// diagonal Gaussian for a box space: with a state-independent log-std, or with
+// generalised state-dependent exploration (PolicyOptions::sde, gSDE as SB3's
+// use_sde with full_std): per action dimension k the std is
+// sqrt(sum_j z_j^2 sigma_jk^2 + 1e-6), z the actor's last hidden layer
+// (detached: the std trains sigma only) and sigma = exp(log_std), a
+// [last hidden width, action] matrix; a sample is mean + z . (W * sigma) for
+// a standard normal matrix W that the caller may hold for several steps.
 //
 // Threading: a module is not thread-safe. The learner acts with one instance
 // and trains another (or the same one in sync mode, never concurrently).
@@ -43,6 +49,9 @@ struct PolicyOptions {
   // Box actions: the initial value of every log-std entry (the policy's exploration before any update; rl-zoo's
   // log_std_init). Not part of the architecture: a checkpoint's saved log-std replaces it.
   double log_std_init = 0.0;
+  // Box actions: state-dependent exploration (the class comment); log_std is then [latent_size, action numel],
+  // latent_size the input width of the actor's head. Part of the architecture (policy_spec.json "sde").
+  bool sde = false;
 };
 
 struct ActOutput {
@@ -71,8 +80,10 @@ class ActorCriticImpl : public torch::nn::Module {
   // Samples actions (deterministic=true: mode / mean) with their log-probs and values. Acting needs only
   // the actor: with a global state but an undefined `state`, value is left undefined.
   // with_value false: the critic is not run and `value` stays undefined (serving a policy never needs it).
+  // sde only: `sde_noise` float32 [B, sde_latent_size(), action numel] holds each row's standard normal
+  // matrix W (the noise is z . (W * sigma)); undefined: a fresh draw per row (the same distribution).
   ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic = false,
-                bool with_value = true);
+                bool with_value = true, const torch::Tensor& sde_noise = {});
   ActOutput Act(const torch::Tensor& obs, bool deterministic = false) { return Act(obs, {}, deterministic); }
   // Log-probs, entropies and values of given actions, for the PPO loss. Throws std::invalid_argument when
   // the policy has a global state and `state` is undefined.
@@ -90,11 +101,18 @@ class ActorCriticImpl : public torch::nn::Module {
   const PolicyOptions& options() const { return options_; }
   Encoder encoder() const { return options_.encoder; }
   bool has_global_state() const { return options_.global_state.has_value(); }
+  // The width of z (the actor head's input) with sde; 0 without.
+  int64_t sde_latent_size() const { return sde_latent_; }
 
  private:
   // The actor's head input (encoded observation) and the critic's value [B].
   torch::Tensor ActorFeatures(const torch::Tensor& obs);
   torch::Tensor CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller);
+  // sde: the actor's head input z [B, L] for `features`, and the head applied to it.
+  torch::Tensor ActorLatent(const torch::Tensor& features);
+  torch::Tensor ActorHead(const torch::Tensor& latent);
+  // sde: per row and action dimension, the variance z^2 . sigma^2 + eps [B, A] (float32; z detached).
+  torch::Tensor SdeVariance(const torch::Tensor& latent);
 
   Space observation_;
   Space action_;
@@ -105,7 +123,8 @@ class ActorCriticImpl : public torch::nn::Module {
   torch::nn::Sequential critic_encoder_{nullptr};
   torch::nn::Sequential actor_{nullptr};
   torch::nn::Sequential critic_{nullptr};
-  torch::Tensor log_std_;  // box only
+  torch::Tensor log_std_;  // box only: [A], or [sde_latent_, A] with sde
+  int64_t sde_latent_ = 0;
 };
 TORCH_MODULE(ActorCritic);
 

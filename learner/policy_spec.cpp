@@ -165,6 +165,7 @@ std::string PolicySpecJson(const Space& obs, const Space& action, const std::vec
   j["hidden_sizes"] = hidden;
   j["encoder"] = EncoderName(options.encoder);
   j["global_state"] = options.global_state ? SpaceJson(*options.global_state) : ordered_json(nullptr);
+  if (options.sde) j["sde"] = true;  // written only when set: older readers refuse an unknown key
   return j.dump(2) + "\n";
 }
 
@@ -182,9 +183,10 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     if (key != "observation" && key != "action" && key != "hidden_sizes" && key != "encoder" &&
-        key != "global_state")
+        key != "global_state" && key != "sde")
       return Status::InvalidArgument(fmt::format(
-          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state)", source, key));
+          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state, sde)", source,
+          key));
   }
   for (const char* key : {"observation", "action", "hidden_sizes"}) {
     if (!j.contains(key)) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", source, key));
@@ -220,12 +222,22 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
       return Status::InvalidArgument(fmt::format("{}: global_state: expected a box, got {}", source, state.ToString()));
     parsed.global_state = std::move(state);
   }
+  if (j.contains("sde")) {
+    if (!j["sde"].is_boolean())
+      return Status::InvalidArgument(fmt::format("{}: sde: expected true or false, got {}", source, j["sde"].dump()));
+    parsed.sde = j["sde"].get<bool>();
+    if (parsed.sde && !action->is_box())
+      return Status::InvalidArgument(
+          fmt::format("{}: sde: state-dependent exploration needs a box action, got {}", source, action->ToString()));
+  }
   if (options) {
     *options = std::move(parsed);
-  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state) {
+  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde) {
     return Status::InvalidArgument(fmt::format(
-        "{}: the policy has encoder {} and {}; this caller can only rebuild an mlp policy without a global state",
-        source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state"));
+        "{}: the policy has encoder {} and {}{}; this caller can only rebuild an mlp policy without a global state or "
+        "sde",
+        source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state",
+        parsed.sde ? ", with sde" : ""));
   }
   return Status::Ok();
 }

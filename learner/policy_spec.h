@@ -17,7 +17,7 @@ namespace farm {
 // policy_spec.json: what ActorCritic's constructor needs, written by the
 // learner when it creates the policy:
 //   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64],
-//    "encoder": "mlp"|"cnn", "global_state": SPACE|null}
+//    "encoder": "mlp"|"cnn", "global_state": SPACE|null, "sde": true (only when set)}
 //   SPACE = {"kind": "discrete"|"multi_discrete"|"box", "shape": [..], "n": N,
 //            "nvec": [..] (multi_discrete only), "low": [..], "high": [..]}
 // A box's low/high hold numel() numbers each (n is 0); a discrete space has
@@ -25,7 +25,9 @@ namespace farm {
 // entries > 0, n 0 and low/high empty. JSON has no infinities: a non-finite bound is
 // written as the string "inf", "-inf" or "nan". "global_state" is the
 // centralised critic's input (null: the critic reads the observation); files
-// without "encoder" or "global_state" (older runs) mean mlp and null.
+// without "encoder" or "global_state" (older runs) mean mlp and null; "sde"
+// (state-dependent exploration: a [last hidden width, action] log-std, box
+// actions only) is absent when false.
 std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden,
                            const PolicyOptions& options = {});
 

@@ -101,6 +101,8 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
                                    PrecisionName(precision) + ")");
   if (policy.has_global_state())
     return Status::InvalidArgument("the fused update has no centralised critic (the policy has a global state)");
+  if (policy.options().sde)
+    return Status::InvalidArgument("the fused update has no state-dependent exploration (ppo.sde)");
   if (policy.encoder() != Encoder::kMlp)
     return Status::InvalidArgument(std::string("the fused update has no ") + EncoderName(policy.encoder()) +
                                    " encoder (ppo.encoder is not mlp)");

@@ -20,6 +20,7 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
     return Status::InvalidArgument("ppo." + s.message());
   out->options.global_state = hs.global_state;
   out->options.log_std_init = config.ppo.log_std_init;
+  out->options.sde = config.ppo.sde;
   ActorCritic initial{nullptr};
   if (!config.learner.init_from.empty()) {
     FarmConfig saved;
@@ -42,8 +43,9 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
           hs.global_state ? "global state " + hs.global_state->ToString() : std::string("no global state")));
     out->hidden = initial->hidden_sizes();
     out->options = initial->options();
-    spdlog::info("starting from {} (encoder {}, critic on {})", path, EncoderName(out->options.encoder),
-                 out->options.global_state ? "the global state" : "the observation");
+    spdlog::info("starting from {} (encoder {}, critic on {}{})", path, EncoderName(out->options.encoder),
+                 out->options.global_state ? "the global state" : "the observation",
+                 out->options.sde ? ", state-dependent exploration" : "");
   }
   try {
     out->acting = ActorCritic(obs, act, out->hidden, out->options);
@@ -60,6 +62,12 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   out->training->to(device);
   out->acting->eval();
   if (config.learner.cuda_graphs && !config.learner.random_actions) {
+    if (out->options.sde && !config.learner.deterministic) {  // ValidateConfig's check, for an init_from policy
+      *fatal = true;
+      return Status::InvalidArgument(
+          "learner.cuda_graphs cannot act with state-dependent exploration (the policy has sde); set "
+          "learner.cuda_graphs=false");
+    }
     const std::vector<int64_t> state_shape =
         out->options.global_state ? out->options.global_state->shape : std::vector<int64_t>{};
     if (auto s = GraphedActor::Create(out->acting, device, precision, obs.shape, config.learner.deterministic,

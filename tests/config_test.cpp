@@ -98,6 +98,21 @@ TEST_CASE("out-of-range values say the allowed range", "[config]") {
   CHECK_THAT(ls.message(), Catch::Contains("ppo.log_std_init") && Catch::Contains("[-10, 2]"));
   REQUIRE(Parse("ppo:\n  log_std_init: -2\n", &c).ok());
   CHECK(c.ppo.log_std_init == -2.0);
+  // State-dependent exploration: the period is at least one step; neither the fused update nor CUDA graphs have it.
+  REQUIRE(Parse("ppo:\n  sde: true\n  sde_sample_freq: 8\n", &c).ok());
+  CHECK(c.ppo.sde);
+  CHECK(c.ppo.sde_sample_freq == 8);
+  auto sf = Parse("ppo:\n  sde: true\n  sde_sample_freq: 0\n", &c);
+  REQUIRE_FALSE(sf.ok());
+  CHECK_THAT(sf.message(), Catch::Contains("ppo.sde_sample_freq") && Catch::Contains(">= 1"));
+  REQUIRE(Parse("ppo:\n  sde: true\n  fused_update: \"on\"\nlearner:\n  device: cpu\n", &c).ok());
+  CHECK_THAT(farm::ValidateConfig(c).message(), Catch::Contains("ppo.fused_update=on cannot train ppo.sde"));
+  FarmConfig g;
+  REQUIRE(Parse("ppo:\n  sde: true\nlearner:\n  cuda_graphs: true\n", &g).ok());
+  CHECK_THAT(farm::ValidateConfig(g).message(), Catch::Contains("learner.cuda_graphs cannot act with ppo.sde"));
+  g.learner.deterministic = true;  // serving the mean needs no noise
+  CHECK(farm::ValidateConfig(g).ok());
+  c = FarmConfig();
   // MiB to bytes must not overflow: at most 2^40 MiB.
   auto mb = Parse("learner:\n  memory_budget_mb: 9007199254740992\n", &c);
   REQUIRE_FALSE(mb.ok());

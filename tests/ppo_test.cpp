@@ -483,3 +483,110 @@ TEST_CASE("PPO learns a basic pattern: continuous target matching", "[ppo]") {
 }
 
 }  // namespace farm
+
+namespace farm {
+
+TEST_CASE("gSDE: the std depends on the state through the actor's last hidden layer", "[ppo][sde]") {
+  torch::manual_seed(7);
+  namespace F = torch::nn::functional;
+  PolicyOptions options;
+  options.sde = true;
+  options.log_std_init = -1.0;
+  ActorCritic net(Space::Box({4}, {-1}, {1}), Space::Box({2}, {-2}, {2}), std::vector<int>{16, 8}, options);
+  CHECK(net->sde_latent_size() == 8);
+  const auto params = net->named_parameters();
+  RequireClose(params["log_std"], torch::full({8, 2}, -1.0f), 0);  // a [latent, action] matrix
+
+  // By hand: z = the second tanh layer's output, the mean its linear head, var_k = sum_j z_j^2 sigma_jk^2 + 1e-6.
+  const torch::Tensor obs = torch::randn({5, 4});
+  torch::Tensor z, mean, var;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor h = torch::tanh(F::linear(obs, params["actor.0.weight"], params["actor.0.bias"]));
+    z = torch::tanh(F::linear(h, params["actor.2.weight"], params["actor.2.bias"]));
+    mean = F::linear(z, params["actor.4.weight"], params["actor.4.bias"]);
+    var = z.square().matmul(params["log_std"].exp().square()) + 1e-6;
+  }
+  const double kLog2PiHalf = 0.91893853320467274;
+  const torch::Tensor log_norm = (0.5 * var.log()).sum(-1) + 2 * kLog2PiHalf;
+
+  const ActOutput mode = net->Act(obs, {}, /*deterministic=*/true);
+  RequireClose(mode.action, mean, 1e-6);
+  RequireClose(mode.logp, -log_norm, 1e-5);
+
+  // Held matrices W: the noise is z . (W * sigma); the same W gives the same actions.
+  const torch::Tensor w = torch::randn({5, 8, 2});
+  const ActOutput held = net->Act(obs, {}, false, true, w);
+  RequireClose(held.action, mean + (z.unsqueeze(-1) * w * params["log_std"].detach().exp()).sum(1), 1e-5);
+  CHECK(torch::equal(net->Act(obs, {}, false, true, w).action, held.action));
+  CHECK_FALSE(torch::allclose(net->Act(obs, {}, false, true, torch::randn({5, 8, 2})).action, held.action));
+  // Its log-prob is N(mean, sqrt(var))'s, as Evaluate computes it; the entropy is the Gaussian's with that var.
+  const EvalOutput eval = net->Evaluate(obs, held.action);
+  const torch::Tensor diff = held.action.detach() - mean;
+  RequireClose(eval.logp, (-0.5 * diff.square() / var).sum(-1) - log_norm, 1e-4);
+  RequireClose(held.logp, eval.logp.detach(), 1e-4);
+  RequireClose(eval.entropy, (0.5 * var.log() + 0.5 + kLog2PiHalf).sum(-1), 1e-5);
+
+  // Fresh draws per row (no W given), and fresh W per row: both spread as sqrt(var) around the mean.
+  const torch::Tensor one = obs.slice(0, 0, 1).expand({20000, 4}).contiguous();
+  RequireClose((net->Act(one).action - mean[0]).std(0), var[0].sqrt(), 0.03 * var[0].sqrt().max().item<double>());
+  RequireClose((net->Act(one, {}, false, true, torch::randn({20000, 8, 2})).action - mean[0]).std(0), var[0].sqrt(),
+               0.03 * var[0].sqrt().max().item<double>());
+
+  // The std trains sigma only (z detached, as SB3's learn_features=False): at the mean, the log-prob's gradient
+  // reaches log_std but no actor weight (the mean's own gradient is zero there).
+  net->zero_grad();
+  net->Evaluate(obs, mode.action.detach()).logp.sum().backward();
+  const torch::Tensor first_grad = params["actor.0.weight"].grad();
+  CHECK((!first_grad.defined() || first_grad.abs().max().item<double>() == 0.0));
+  CHECK(params["log_std"].grad().abs().max().item<double>() > 0.0);
+  // Away from the mean the actor is trained through the mean.
+  net->zero_grad();
+  net->Evaluate(obs, mode.action.detach() + 0.5).logp.sum().backward();
+  CHECK(params["actor.0.weight"].grad().abs().max().item<double>() > 0.0);
+
+  REQUIRE_THROWS_WITH(net->Act(obs, {}, false, true, torch::randn({5, 7, 2})), Catch::Contains("sde_noise must be [5, 8, 2]"));
+  REQUIRE_THROWS_WITH(ActorCritic(Space::Box({4}, {-1}, {1}), Space::Discrete(3), std::vector<int>{16}, options),
+                      Catch::Contains("needs a box action space"));
+  // A CopyFrom between sde and state-independent policies is refused (log_std's shapes differ).
+  ActorCritic plain(Space::Box({4}, {-1}, {1}), Space::Box({2}, {-2}, {2}), std::vector<int>{16, 8});
+  REQUIRE_THROWS_AS(plain->CopyFrom(*net), std::invalid_argument);
+}
+
+TEST_CASE("PPO with gSDE learns the continuous target matching", "[ppo][sde]") {
+  torch::manual_seed(43);
+  at::set_num_threads(1);
+  PolicyOptions options;
+  options.sde = true;
+  ActorCritic net(Space::Box({4}, {-1}, {1}), Space::Box({1}, {-2}, {2}), std::vector<int>{32, 32}, options);
+  PpoConfig config;
+  config.lr = 3e-3;
+  config.anneal_lr = false;
+  config.ent_coef = 0.0;
+  config.update_epochs = 4;
+  config.num_minibatches = 4;
+  config.sde = true;
+  PpoTrainer trainer(net, config, /*seed=*/43);
+  CHECK_FALSE(trainer.fused());  // auto: the fused update has no sde, so the LibTorch one runs
+  config.fused_update = "on";
+  REQUIRE_THROWS_WITH(PpoTrainer(net, config, 43), Catch::Contains("no state-dependent exploration"));
+
+  const double before = MeanReward<ContinuousBandit>(net, false);
+  const double log_std_before = net->named_parameters()["log_std"].mean().item<double>();
+  const int kUpdates = 40;
+  for (int i = 0; i < kUpdates; ++i) {
+    const PpoStats stats = trainer.Update(CollectBandit<ContinuousBandit>(net, 16, 16), 0.0);
+    RequireFiniteStats(stats);
+  }
+  const double after = MeanReward<ContinuousBandit>(net, false);
+  const double after_mode = MeanReward<ContinuousBandit>(net, true);
+  const double log_std_after = net->named_parameters()["log_std"].mean().item<double>();
+  INFO("stochastic " << before << " -> " << after << ", mean action " << after_mode << ", log_std mean "
+                     << log_std_before << " -> " << log_std_after);
+  CHECK(after > before + 0.5);
+  CHECK(after > -0.2);
+  CHECK(after_mode > -0.1);
+  CHECK(log_std_after < log_std_before - 0.2);  // the exploration narrowed
+}
+
+}  // namespace farm
