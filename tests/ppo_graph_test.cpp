@@ -36,10 +36,11 @@ const Space kDiscrete = Space::Discrete(3);
 const Space kMultiDiscrete = Space::MultiDiscrete({2, 3});
 const Space kBox = Space::Box({2}, {-1}, {1});
 
-ActorCritic MakePolicy(const Space& action, bool state) {
+ActorCritic MakePolicy(const Space& action, bool state, bool sde = false) {
   const Space obs = Space::Box({kObsDim}, {-1}, {1});
   PolicyOptions options;
   if (state) options.global_state = kState;
+  options.sde = sde;
   const std::vector<int> hidden = {24, 16};
   return ActorCritic(obs, action, hidden, options);
 }
@@ -57,6 +58,7 @@ using testing::RelativeDiff;
 struct Case {
   Space action = kDiscrete;
   bool state = false;
+  bool sde = false;  // box only: state-dependent exploration
   int64_t steps = 8, envs = 6, k = 1;
   std::optional<double> target_kl;
   torch::Device device{torch::kCPU};
@@ -66,8 +68,8 @@ struct Case {
 // Trains a LibTorch-path trainer and a graphed one side by side for four updates and compares.
 void CompareWithLibTorch(const Case& c) {
   torch::manual_seed(3);
-  ActorCritic a = MakePolicy(c.action, c.state);
-  ActorCritic b = MakePolicy(c.action, c.state);
+  ActorCritic a = MakePolicy(c.action, c.state, c.sde);
+  ActorCritic b = MakePolicy(c.action, c.state, c.sde);
   {
     torch::NoGradGuard no_grad;
     // A trained policy's head scale (see ppo_fused_test): with the near-uniform initial head Adam's step
@@ -153,6 +155,15 @@ TEST_CASE("The graphed step with a centralised critic and 3 rows per state match
   c.state = true;
   c.envs = 9;
   c.k = 3;
+  CompareWithLibTorch(c);
+}
+
+TEST_CASE("The graphed step with state-dependent exploration (ppo.sde) matches the LibTorch update",
+          "[ppo][graph][sde]") {
+  at::set_num_threads(1);
+  Case c;
+  c.action = kBox;
+  c.sde = true;
   CompareWithLibTorch(c);
 }
 
