@@ -331,6 +331,17 @@ struct ContinuousBandit {
   }
 };
 
+// The PPO settings both continuous-bandit tests train with (a constant, large learning rate: 40 short updates).
+PpoConfig ContinuousBanditConfig() {
+  PpoConfig config;
+  config.lr = 3e-3;
+  config.anneal_lr = false;
+  config.ent_coef = 0.0;
+  config.update_epochs = 4;
+  config.num_minibatches = 4;
+  return config;
+}
+
 // One rollout of a one-step-episode bandit, acted under InferenceMode as the learner's hot path does it.
 template <class Bandit>
 Rollout CollectBandit(ActorCritic& net, int64_t steps, int64_t envs) {
@@ -454,12 +465,7 @@ TEST_CASE("PPO learns a basic pattern: continuous target matching", "[ppo]") {
   at::set_num_threads(1);
   const auto start = std::chrono::steady_clock::now();
   ActorCritic net(Space::Box({4}, {-1}, {1}), Space::Box({1}, {-2}, {2}), std::vector<int>{32, 32});
-  PpoConfig config;
-  config.lr = 3e-3;
-  config.anneal_lr = false;
-  config.ent_coef = 0.0;
-  config.update_epochs = 4;
-  config.num_minibatches = 4;
+  PpoConfig config = ContinuousBanditConfig();
   PpoTrainer trainer(net, config, /*seed=*/43);
 
   // Initially mean ~ 0 and std 1: E[-(a - t)^2] = -(1 + E[t^2]) = -(1 + 1/3).
@@ -559,12 +565,7 @@ TEST_CASE("PPO with gSDE learns the continuous target matching", "[ppo][sde]") {
   PolicyOptions options;
   options.sde = true;
   ActorCritic net(Space::Box({4}, {-1}, {1}), Space::Box({1}, {-2}, {2}), std::vector<int>{32, 32}, options);
-  PpoConfig config;
-  config.lr = 3e-3;
-  config.anneal_lr = false;
-  config.ent_coef = 0.0;
-  config.update_epochs = 4;
-  config.num_minibatches = 4;
+  PpoConfig config = ContinuousBanditConfig();
   config.sde = true;
   PpoTrainer trainer(net, config, /*seed=*/43);
   CHECK_FALSE(trainer.fused());  // auto: the fused update has no sde, so the LibTorch one runs
