@@ -44,7 +44,7 @@ ENVS = {
         "reference": "SB3 rl-zoo tuned PPO (obs normalisation), 1M steps: -108.2 +- 8.2 deterministic; "
                      "CleanRL ppo.py stays at -200"},
     "uav_coverage": {
-        "config": "configs/uav_coverage.yaml", "budget": 900_000, "target": 90.62,
+        "config": "configs/uav_coverage.yaml", "budget": 1_500_000, "target": 90.62,
         "eval_set": ["env.options.cell_reward=1", "env.options.collision_penalty=0"], "eval_target": 906.2,
         "random": 453.1,
         "reference": "random team: 453.1 new cells per episode (farm-random, docs/ENVIRONMENTS.md); target 2x"},
