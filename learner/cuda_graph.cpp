@@ -15,6 +15,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace farm {
@@ -53,8 +54,9 @@ struct GraphedActor::Impl {
   Precision precision = Precision::kFp32;
   std::vector<int64_t> obs_shape;
   std::vector<int64_t> state_shape;  // empty: no global state
+  int64_t rows_per_state = 1;        // with a global state: the rows (agents) that share one
   bool deterministic = false;
-  std::map<int64_t, Bucket> buckets;
+  std::map<int64_t, Bucket> buckets;  // by units: rows, or envs with a state per env
 
   ActOutput Forward(const torch::Tensor& input, const torch::Tensor& state) {
     // The weight-cast cache must stay off while capturing: a cached cast would be a tensor the graph
@@ -73,15 +75,15 @@ struct GraphedActor::Impl {
   }
 
   Bucket& Get(int64_t rows) {
-    const int64_t size = BucketRows(rows);
-    auto it = buckets.find(size);
+    const int64_t units = BucketRows(rows / rows_per_state);
+    auto it = buckets.find(units);
     if (it != buckets.end()) return it->second;
     Bucket bucket;
-    std::vector<int64_t> shape{size};
+    std::vector<int64_t> shape{units * rows_per_state};
     shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
     bucket.input = torch::zeros(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
     if (!state_shape.empty()) {
-      std::vector<int64_t> sshape{size};
+      std::vector<int64_t> sshape{units};
       sshape.insert(sshape.end(), state_shape.begin(), state_shape.end());
       bucket.state = torch::zeros(sshape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
     }
@@ -103,13 +105,17 @@ struct GraphedActor::Impl {
       bucket.graph->capture_end();
     }
     side.synchronize();
-    return buckets.emplace(size, std::move(bucket)).first->second;
+    return buckets.emplace(units, std::move(bucket)).first->second;
   }
 };
 
 Status GraphedActor::Create(ActorCritic policy, torch::Device device, Precision precision,
                             std::vector<int64_t> obs_shape, bool deterministic, std::unique_ptr<GraphedActor>* out,
-                            std::vector<int64_t> state_shape) {
+                            std::vector<int64_t> state_shape, int64_t rows_per_state) {
+  if (rows_per_state < 1 || (state_shape.empty() && rows_per_state != 1))
+    return Status::InvalidArgument(fmt::format(
+        "learner.cuda_graphs: {} rows per global state (expected 1, or an env's agents with a global state)",
+        rows_per_state));
   if (policy->has_global_state() == state_shape.empty())
     return Status::InvalidArgument(
         fmt::format("learner.cuda_graphs: the policy {} a global state, but the graphs were asked for {}",
@@ -125,6 +131,7 @@ Status GraphedActor::Create(ActorCritic policy, torch::Device device, Precision 
   impl->precision = precision;
   impl->obs_shape = std::move(obs_shape);
   impl->state_shape = std::move(state_shape);
+  impl->rows_per_state = rows_per_state;
   impl->deterministic = deterministic;
   out->reset(new GraphedActor(std::move(impl)));
   return Status::Ok();
@@ -135,11 +142,16 @@ ActOutput GraphedActor::Act(const torch::Tensor& obs, const torch::Tensor& state
   if (impl_->state_shape.empty() == state.defined())
     throw std::invalid_argument(state.defined() ? "GraphedActor::Act: a global state for a policy without one"
                                                 : "GraphedActor::Act: the policy's critic needs the global state");
+  const int64_t k = impl_->rows_per_state;
+  if (rows % k != 0 || (state.defined() && state.size(0) != rows / k))
+    throw std::invalid_argument(fmt::format("GraphedActor::Act: {} rows and {} global states ({} rows per state)",
+                                            rows, state.defined() ? state.size(0) : 0, k));
   const auto generator_lock = LockCudaGenerator(impl_->device);  // the capture, the replay's draws
   Impl::Bucket& b = impl_->Get(rows);
   b.input.narrow(0, 0, rows).copy_(obs.reshape(b.input.narrow(0, 0, rows).sizes()), /*non_blocking=*/true);
   if (state.defined())
-    b.state.narrow(0, 0, rows).copy_(state.reshape(b.state.narrow(0, 0, rows).sizes()), /*non_blocking=*/true);
+    b.state.narrow(0, 0, rows / k)
+        .copy_(state.reshape(b.state.narrow(0, 0, rows / k).sizes()), /*non_blocking=*/true);
   b.graph->replay();
   ActOutput out;
   out.action = b.output.action.narrow(0, 0, rows);
@@ -155,11 +167,11 @@ struct ScopedCudaStream::Impl {
   std::optional<c10::cuda::CUDAStreamGuard> guard;
 };
 
-ScopedCudaStream::ScopedCudaStream(torch::Device device) {
+ScopedCudaStream::ScopedCudaStream(torch::Device device, bool high_priority) {
   if (!device.is_cuda()) return;
   impl_ = std::make_unique<Impl>();
   impl_->device = device;
-  impl_->guard.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+  impl_->guard.emplace(c10::cuda::getStreamFromPool(high_priority, device.index()));
 }
 
 void ScopedCudaStream::Synchronize() {
@@ -170,12 +182,65 @@ void SynchronizeCurrentStream(torch::Device device) {
   if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
 }
 
+struct DeviceSpan::Impl {
+  torch::Device device{torch::kCUDA};
+  cudaEvent_t begin = nullptr;
+  cudaEvent_t end = nullptr;
+  bool recorded = false;
+};
+
+namespace {
+void CheckCuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+}
+}  // namespace
+
+DeviceSpan::DeviceSpan(torch::Device device) {
+  if (!device.is_cuda()) return;
+  impl_ = std::make_unique<Impl>();
+  impl_->device = device;
+  c10::cuda::CUDAGuard device_guard(device);
+  CheckCuda(cudaEventCreate(&impl_->begin), "cudaEventCreate");
+  CheckCuda(cudaEventCreate(&impl_->end), "cudaEventCreate");
+}
+
+void DeviceSpan::Begin() {
+  if (!impl_) return;
+  CheckCuda(cudaEventRecord(impl_->begin, c10::cuda::getCurrentCUDAStream(impl_->device.index()).stream()),
+            "cudaEventRecord");
+  impl_->recorded = false;
+}
+
+void DeviceSpan::End() {
+  if (!impl_) return;
+  CheckCuda(cudaEventRecord(impl_->end, c10::cuda::getCurrentCUDAStream(impl_->device.index()).stream()),
+            "cudaEventRecord");
+  impl_->recorded = true;
+}
+
+double DeviceSpan::Seconds() const {
+  if (!impl_ || !impl_->recorded) return 0.0;
+  float ms = 0.0f;
+  // cudaErrorNotReady when the stream has not passed End yet: the caller did not synchronise; no figure then.
+  if (cudaEventElapsedTime(&ms, impl_->begin, impl_->end) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0.0;
+  }
+  return 1e-3 * static_cast<double>(ms);
+}
+
+DeviceSpan::~DeviceSpan() {
+  if (!impl_) return;
+  cudaEventDestroy(impl_->begin);
+  cudaEventDestroy(impl_->end);
+}
+
 #else  // !FARM_WITH_CUDA
 
 struct GraphedActor::Impl {};
 
 Status GraphedActor::Create(ActorCritic, torch::Device, Precision, std::vector<int64_t>, bool,
-                            std::unique_ptr<GraphedActor>*, std::vector<int64_t>) {
+                            std::unique_ptr<GraphedActor>*, std::vector<int64_t>, int64_t) {
   return Status::InvalidArgument(
       "learner.cuda_graphs: this build's LibTorch has no CUDA (Debian's LibTorch is CPU-only); set "
       "learner.cuda_graphs to false, or build against a CUDA LibTorch");
@@ -185,9 +250,16 @@ ActOutput GraphedActor::Act(const torch::Tensor&, const torch::Tensor&) { return
 int GraphedActor::captured_graphs() const { return 0; }
 
 struct ScopedCudaStream::Impl {};
-ScopedCudaStream::ScopedCudaStream(torch::Device) {}
+ScopedCudaStream::ScopedCudaStream(torch::Device, bool) {}
 void ScopedCudaStream::Synchronize() {}
 void SynchronizeCurrentStream(torch::Device) {}
+
+struct DeviceSpan::Impl {};
+DeviceSpan::DeviceSpan(torch::Device) {}
+DeviceSpan::~DeviceSpan() = default;
+void DeviceSpan::Begin() {}
+void DeviceSpan::End() {}
+double DeviceSpan::Seconds() const { return 0.0; }
 
 #endif  // FARM_WITH_CUDA
 

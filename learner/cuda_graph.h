@@ -27,6 +27,10 @@ namespace farm {
 // from the default CUDA generator, which LibTorch registers with each capture, so every replay draws new
 // numbers. Autocast (learner.precision) is recorded into the graph with the weight-cast cache disabled.
 //
+// With a centralised critic, `rows_per_state` rows (an env's agents) share one global state: batches come in
+// whole envs, a bucket holds a power of two of envs (their agents' rows, and one state each), and the critic
+// runs once per env, as in the eager forward, not once per row.
+//
 // Threading: an instance belongs to one thread (the learner's inference thread), which also owns the
 // policy's forward passes. Replays run on that thread's current CUDA stream.
 class GraphedActor {
@@ -34,21 +38,21 @@ class GraphedActor {
   // Fails (InvalidArgument) when LibTorch was built without CUDA or `device` is not a CUDA device, or when
   // `state_shape` and the policy disagree on a global state. `policy` must already live on `device`.
   // `obs_shape`: one observation's shape; `state_shape`: one global state's shape when the policy's critic
-  // takes one (policy->has_global_state()), else empty.
+  // takes one (policy->has_global_state()), else empty; `rows_per_state`: the rows that share one state (>= 1).
   static Status Create(ActorCritic policy, torch::Device device, Precision precision, std::vector<int64_t> obs_shape,
                        bool deterministic, std::unique_ptr<GraphedActor>* out,
-                       std::vector<int64_t> state_shape = {});
+                       std::vector<int64_t> state_shape = {}, int64_t rows_per_state = 1);
   ~GraphedActor();
   GraphedActor(const GraphedActor&) = delete;
   GraphedActor& operator=(const GraphedActor&) = delete;
 
   // obs: float32 [rows, obs_shape...], on the host (pinned memory makes the copy asynchronous) or on the
-  // device; state: float32 [rows, state_shape...] likewise, exactly when the policy has a global state.
-  // Returns device tensors of `rows` rows: views of the graph's output buffers, valid until the next Act.
-  // The caller copies them out (which waits for the replay).
+  // device; state: float32 [rows / rows_per_state, state_shape...] likewise, exactly when the policy has a
+  // global state (rows then a multiple of rows_per_state). Returns device tensors of `rows` rows: views of the
+  // graph's output buffers, valid until the next Act. The caller copies them out (which waits for the replay).
   ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state = {});
 
-  // The bucket a batch of `rows` rows is padded to.
+  // The bucket a batch of `rows` units (rows, or envs with a state per env) is padded to.
   static int64_t BucketRows(int64_t rows);
   int captured_graphs() const;
 
@@ -60,11 +64,13 @@ class GraphedActor {
 
 // Makes a CUDA stream from LibTorch's pool the calling thread's current stream for `device` for the
 // guard's lifetime, so that this thread's kernels (the PPO update) overlap other threads' (inference) on
-// the GPU instead of queueing behind them on the default stream. Does nothing for a CPU device or without
-// CUDA. Synchronize() waits for the work queued on that stream. Create and destroy on one thread.
+// the GPU instead of queueing behind them on the default stream. A high-priority stream's pending kernels are
+// scheduled before those of normal streams as the GPU's multiprocessors free up (the acting forward, whose
+// latency the workers wait on, ahead of the update's). Does nothing for a CPU device or without CUDA.
+// Synchronize() waits for the work queued on that stream. Create and destroy on one thread.
 class ScopedCudaStream {
  public:
-  explicit ScopedCudaStream(torch::Device device);
+  explicit ScopedCudaStream(torch::Device device, bool high_priority = false);
   ~ScopedCudaStream();
   ScopedCudaStream(const ScopedCudaStream&) = delete;
   ScopedCudaStream& operator=(const ScopedCudaStream&) = delete;
@@ -77,6 +83,26 @@ class ScopedCudaStream {
 
 // Waits for the work queued on the calling thread's current stream of `device` (no-op for a CPU device).
 void SynchronizeCurrentStream(torch::Device device);
+
+// The device's time for a span of work queued on the calling thread's current CUDA stream, from two CUDA
+// events: Begin and End record them, and Seconds(), once the stream has passed End (after a synchronisation),
+// is the time between them on the GPU, including any time the span's kernels waited there for the GPU (other
+// streams' kernels, the trainer's). On a CPU device or without CUDA each call does nothing and Seconds() is 0.
+// Threading: one thread, which also queues the span's work.
+class DeviceSpan {
+ public:
+  explicit DeviceSpan(torch::Device device);
+  ~DeviceSpan();
+  DeviceSpan(const DeviceSpan&) = delete;
+  DeviceSpan& operator=(const DeviceSpan&) = delete;
+  void Begin();
+  void End();
+  double Seconds() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // LibTorch's default CUDA generator is one per process, and a CUDA graph capture marks it as capturing: a draw
 // from it on another thread meanwhile (sampling actions, a minibatch permutation) aborts the process ("Offset

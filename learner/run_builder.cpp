@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace farm {
 
-Status BuildRun(const FarmConfig& config, torch::Device device, Precision precision, const wire::Hello& h,
+Status BuildRun(const FarmConfig& config, torch::Device device, Precision precision, Precision acting_precision,
+                const wire::Hello& h,
                 const Handshake& hs, RunNormalizer* normalizer, RunParts* out, bool* fatal) {
   *fatal = false;
   const Space& obs = hs.observation;
@@ -70,8 +72,10 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
     }
     const std::vector<int64_t> state_shape =
         out->options.global_state ? out->options.global_state->shape : std::vector<int64_t>{};
-    if (auto s = GraphedActor::Create(out->acting, device, precision, obs.shape, config.learner.deterministic,
-                                      &out->graphed, state_shape);
+    // One state per env: the graphs' critic runs once per env, as the eager forward's does.
+    const int64_t rows_per_state = state_shape.empty() ? 1 : std::max<int64_t>(hs.num_agents, 1);
+    if (auto s = GraphedActor::Create(out->acting, device, acting_precision, obs.shape, config.learner.deterministic,
+                                      &out->graphed, state_shape, rows_per_state);
         !s.ok()) {
       *fatal = true;
       return s;

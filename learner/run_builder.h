@@ -45,8 +45,10 @@ struct RunParts {
 
 // Builds the run for the first Hello (already checked into `hs`). A failure is either this worker's alone
 // (`*fatal` false: it is refused, the next Hello may build the run) or the run's (`*fatal` true: every worker
-// would fail the same way, the run stops). `normalizer` is sized and, with init_from, filled.
-Status BuildRun(const FarmConfig& config, torch::Device device, Precision precision, const wire::Hello& hello,
+// would fail the same way, the run stops). `normalizer` is sized and, with init_from, filled. `precision` trains,
+// `acting_precision` acts (the CUDA graphs are captured in it).
+Status BuildRun(const FarmConfig& config, torch::Device device, Precision precision, Precision acting_precision,
+                const wire::Hello& hello,
                 const Handshake& hs, RunNormalizer* normalizer, RunParts* out, bool* fatal);
 
 }  // namespace farm

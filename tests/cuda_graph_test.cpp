@@ -79,6 +79,60 @@ TEST_CASE("GraphedActor: deterministic replay equals the eager forward, and sees
   CHECK(torch::allclose(got.value.cpu(), want.value.cpu(), 1e-4, 1e-5));
 }
 
+TEST_CASE("GraphedActor with a centralised critic on cnn encoders: one state per env, as the eager forward",
+          "[cuda_graph]") {
+  // The shapes of uav_coverage's views and map, scaled down: 4 agents per env, [2, 5, 5] views, a [3, 8, 8] state.
+  const Space state_space = Space::Box({3, 8, 8}, {-1.f}, {1.f});
+  const int64_t agents = 4;
+  std::unique_ptr<GraphedActor> graphed;
+  {
+    ActorCritic cpu(Space::Box({2, 5, 5}, {-1.f}, {1.f}), Space::MultiDiscrete({5, 5}), std::vector<int>{32, 16},
+                    PolicyOptions{Encoder::kCnn, state_space});
+    // Refused: rows per state without a state, and no rows.
+    CHECK_FALSE(GraphedActor::Create(cpu, torch::kCPU, Precision::kFp32, {2, 5, 5}, true, &graphed, {3, 8, 8}, 0).ok());
+  }
+  if (!HaveGpu()) return;
+  const torch::Device cuda(torch::kCUDA, 0);
+  // Full fp32 convolutions: the graphs run a bucket's batch size, the eager forward the batch's own, and TF32's
+  // rounding may differ between the algorithms cuDNN picks for each.
+  const bool tf32 = at::globalContext().allowTF32CuDNN();
+  at::globalContext().setAllowTF32CuDNN(false);
+  struct Restore {
+    bool tf32;
+    ~Restore() { at::globalContext().setAllowTF32CuDNN(tf32); }
+  } restore{tf32};
+  torch::manual_seed(7);
+  ActorCritic policy(Space::Box({2, 5, 5}, {-1.f}, {1.f}), Space::MultiDiscrete({5, 5}), std::vector<int>{32, 16},
+                     PolicyOptions{Encoder::kCnn, state_space});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : policy->parameters()) p.normal_(0.0, 0.3);
+  }
+  policy->to(cuda);
+  policy->eval();
+  REQUIRE(GraphedActor::Create(policy, cuda, Precision::kFp32, {2, 5, 5}, /*deterministic=*/true, &graphed,
+                               {3, 8, 8}, agents)
+              .ok());
+  c10::InferenceMode guard;
+  for (int64_t envs : {1, 3, 16, 17, 40}) {
+    auto obs = torch::randn({envs * agents, 2, 5, 5}).pin_memory();
+    auto state = torch::randn({envs, 3, 8, 8}).pin_memory();
+    auto got = graphed->Act(obs, state);
+    auto want = policy->Act(obs.to(cuda), state.to(cuda), true);
+    REQUIRE(got.action.size(0) == envs * agents);
+    CHECK(torch::equal(got.action.cpu(), want.action.cpu()));
+    CHECK(torch::allclose(got.value.cpu(), want.value.cpu(), 1e-3, 1e-4));
+    CHECK(torch::allclose(got.logp.cpu(), want.logp.cpu(), 1e-3, 1e-4));
+    // Every agent of an env has its env's value.
+    auto v = got.value.cpu().view({envs, agents});
+    CHECK(torch::equal(v, v.select(1, 0).unsqueeze(1).expand({envs, agents})));
+  }
+  CHECK(graphed->captured_graphs() == 3);  // buckets of 16 envs (1, 3, 16), 32 (17) and 64 (40)
+  // A batch that is not whole envs, or a state count that does not match, is refused.
+  CHECK_THROWS_AS(graphed->Act(torch::zeros({6, 2, 5, 5}), torch::zeros({1, 3, 8, 8})), std::invalid_argument);
+  CHECK_THROWS_AS(graphed->Act(torch::zeros({8, 2, 5, 5}), torch::zeros({1, 3, 8, 8})), std::invalid_argument);
+}
+
 TEST_CASE("GraphedActor: sampled actions follow the policy and differ between replays", "[cuda_graph]") {
   if (!HaveGpu()) return;
   const torch::Device cuda(torch::kCUDA, 0);
