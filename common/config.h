@@ -131,7 +131,15 @@ struct LearnerConfig {
   double progress_interval_s = 1.0;
   int min_workers = 1;          // workers that must join before acting
   std::string precision = "fp32";  // fp32 | fp16 (CUDA, with loss scaling) | bf16 (CUDA or CPU autocast)
+  // The acting forward's precision: auto (as learner.precision), fp32, fp16 (CUDA) or bf16. Acting in bf16
+  // while training in fp32 halves the forward's arithmetic; the behaviour policy's stored log-probs then come
+  // from the bf16 forward, and PPO's ratio compares the fp32 policy with it (a difference of the order of bf16's
+  // rounding, far inside the clip range).
+  std::string acting_precision = "auto";
   bool cuda_graphs = false;        // CUDA only: replay inference from CUDA graphs (batches padded to powers of 2)
+  // CUDA only: the inference thread acts on a high-priority stream of its own, so that the GPU schedules the
+  // acting forward's kernels ahead of the concurrent PPO update's (false: a normal-priority stream).
+  bool acting_high_priority = true;
   bool train = true;               // false: act with the initial (or loaded) policy, never update
   bool random_actions = false;     // uniform random actions, no model: measures transport alone
   std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)
@@ -154,7 +162,9 @@ struct LearnerConfig {
   template <class V> void visit(V& v) {
     v("device", device);
     v("precision", precision, Rule::OneOf({"fp32", "fp16", "bf16"}));
+    v("acting_precision", acting_precision, Rule::OneOf({"auto", "fp32", "fp16", "bf16"}));
     v("cuda_graphs", cuda_graphs);
+    v("acting_high_priority", acting_high_priority);
     v("train", train);
     v("random_actions", random_actions);
     v("init_from", init_from);

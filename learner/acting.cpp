@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
 
 #include "common/wire.h"
 
@@ -31,7 +32,8 @@ Acting::Acting(const FarmConfig& config, torch::Device device, Precision precisi
       policy_(std::move(policy)),
       graphed_(std::move(graphed)),
       random_gen_(at::make_generator<at::CPUGeneratorImpl>(config.seed)),
-      sde_(policy_ && policy_->options().sde && !config.learner.deterministic && !config.learner.random_actions) {
+      sde_(policy_ && policy_->options().sde && !config.learner.deterministic && !config.learner.random_actions),
+      span_(device) {
   if (use_state_) state_shape_ = policy_->options().global_state->shape;
 }
 
@@ -41,8 +43,24 @@ int64_t Acting::Rows(const std::vector<Work*>& steps) {
   return rows;
 }
 
-Acting::Output Acting::Act(int64_t rows) {
-  return config_.learner.random_actions ? RandomActions(rows) : Forward(rows);
+void Acting::Launch(int64_t rows) {
+  if (launched_) throw std::logic_error("Acting::Launch: the previous batch was not finished");
+  pending_ = config_.learner.random_actions ? RandomActions(rows) : Forward(rows);
+  launched_ = true;
+}
+
+Acting::Output Acting::Finish() {
+  if (!launched_) throw std::logic_error("Acting::Finish: no batch launched");
+  launched_ = false;
+  Output out = std::move(pending_);
+  pending_ = Output();
+  if (device_.is_cuda() && !config_.learner.random_actions) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SynchronizeCurrentStream(device_);
+    out.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.device_seconds = span_.Seconds();
+  }
+  return out;
 }
 
 Acting::Output Acting::RandomActions(int64_t rows) {
@@ -76,6 +94,8 @@ int64_t Acting::PaddedRows(int64_t units) {
   return (units + step - 1) / step * step;
 }
 
+int64_t Acting::RowsPerState() const { return use_state_ && (recording_ || graphed_) ? num_agents_ : 1; }
+
 void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   batch_states_view_ = torch::Tensor();
   padded_rows_ = rows;
@@ -84,7 +104,7 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   // On CUDA the eager forward runs on a few batch sizes only (rows padded with zeros, in whole envs when states go
   // per env): cuDNN picks its algorithms once per shape (learner.device cuda sets its benchmark mode), and a
   // dynamic batcher would otherwise show it a new shape in nearly every batch. The CUDA graphs pad for themselves.
-  const int64_t per = use_state_ && (recording_ || graphed_) && !graphed_ ? num_agents_ : 1;
+  const int64_t per = RowsPerState();
   if (device_.is_cuda() && !graphed_) padded_rows_ = PaddedRows(rows / per) * per;
   if (!batch_obs_.defined() || batch_obs_.size(0) < padded_rows_) {
     auto opts = torch::TensorOptions().dtype(torch::kFloat32);
@@ -107,12 +127,10 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   std::fill(dst, dst + (padded_rows_ - rows) * obs_numel, 0.0f);
   if (sde_) GatherSdeNoise(steps);
   // The critic's global states in the same order: each request's, then the final ones, one per env as they
-  // come (the critic runs once per env; the CUDA graphs, whose buckets are powers of two, take one per row, so
-  // for them each env's state is repeated for its agents). Serving without training needs only the actor: no
-  // states, no critic (the graphs were captured with them, so they keep them).
+  // come (the critic runs once per env, eagerly or in the CUDA graphs). Serving without training needs only the
+  // actor: no states, no critic (the graphs were captured with them, so they keep them).
   if (use_state_ && (recording_ || graphed_)) {
     const int64_t state_numel = state_->numel();
-    const int64_t per = graphed_ ? 1 : num_agents_;
     const int64_t state_rows = padded_rows_ / per;  // requests and final_obs_index hold whole envs
     if (!batch_state_.defined() || batch_state_.size(0) < state_rows) {
       auto opts = torch::TensorOptions().dtype(torch::kFloat32);
@@ -123,14 +141,8 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
     float* sdst = batch_state_.data_ptr<float>();
     const std::size_t env_bytes = sizeof(float) * static_cast<std::size_t>(state_numel);
     auto copy_envs = [&](const std::string& bytes, int64_t envs) {
-      if (!graphed_) {
-        std::memcpy(sdst, bytes.data(), static_cast<std::size_t>(envs) * env_bytes);
-        sdst += envs * state_numel;
-        return;
-      }
-      for (int64_t e = 0; e < envs; ++e)
-        for (uint32_t a = 0; a < num_agents_; ++a, sdst += state_numel)
-          std::memcpy(sdst, bytes.data() + e * env_bytes, env_bytes);
+      std::memcpy(sdst, bytes.data(), static_cast<std::size_t>(envs) * env_bytes);
+      sdst += envs * state_numel;
     };
     for (const Work* w : steps) copy_envs(w->msg.step().global_state().data(), w->rows / num_agents_);
     for (const Work* w : steps)
@@ -178,13 +190,15 @@ Acting::Output Acting::Forward(int64_t rows) {
   torch::Tensor obs = batch_obs_.narrow(0, 0, padded);
   std::vector<int64_t> shape{padded};
   shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
+  const bool cuda = device_.is_cuda();
+  span_.Begin();
   ActOutput out;
   if (graphed_) {
     out = graphed_->Act(obs.view(shape), state);  // copies the pinned rows in itself
   } else {
     // Per batch, not per thread: the cast cache must not outlive a weight update.
     AutocastGuard autocast(device_, precision_);
-    if (device_.is_cuda()) {
+    if (cuda) {
       obs = obs.to(device_, /*non_blocking=*/true);
       if (state.defined()) state = state.to(device_, /*non_blocking=*/true);
     }
@@ -194,41 +208,74 @@ Acting::Output Acting::Forward(int64_t rows) {
     if (sde_) noise = batch_noise_.narrow(0, 0, padded).to(device_, /*non_blocking=*/true);
     out = policy_->Act(obs.view(shape), state, config_.learner.deterministic, /*with_value=*/recording_, noise);
   }
-  // The padding's rows are dropped before the copies back to the host.
-  result.action = out.action.narrow(0, 0, rows).to(torch::kCPU).contiguous();
-  result.logp = out.logp.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat32).contiguous();
-  // Undefined only when serving a centralised critic's policy without states: values are used only to train.
-  result.value = out.value.defined() ? out.value.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat32).contiguous()
-                                     : torch::zeros({rows});
+  // The padding's rows are dropped before the copies back to the host. Undefined values only when serving a
+  // centralised critic's policy without states: values are used only to train.
+  torch::Tensor action = out.action.narrow(0, 0, rows);
+  torch::Tensor logp = out.logp.narrow(0, 0, rows).to(torch::kFloat32);
+  torch::Tensor value = out.value.defined() ? out.value.narrow(0, 0, rows).to(torch::kFloat32) : torch::Tensor();
+  if (!cuda) {
+    result.action = action.contiguous();
+    result.logp = logp.contiguous();
+    result.value = value.defined() ? value.contiguous() : torch::zeros({rows});
+    return result;
+  }
+  // CUDA: the three copies into pinned host memory are queued behind the forward, and Finish waits once for all
+  // of them (three blocking copies would wait three times).
+  auto to_host = [](const torch::Tensor& t) {
+    torch::Tensor host = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+    host.copy_(t, /*non_blocking=*/true);
+    return host;
+  };
+  result.action = to_host(action);
+  result.logp = to_host(logp);
+  result.value = value.defined() ? to_host(value) : torch::zeros({rows});
+  span_.End();  // Finish waits for the stream to pass it
   return result;
 }
 
 void Acting::WarmUp() {
   if (!policy_) return;
   const auto t0 = std::chrono::steady_clock::now();
-  // As Forward batches them: with a centralised critic, one state per env (per row for the CUDA graphs).
-  const int64_t per = use_state_ && !graphed_ ? num_agents_ : 1;
-  const int64_t rows = std::max<int64_t>(per, config_.batcher.max_rows / per * per);
-  std::vector<int64_t> shape{rows};
-  shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
+  // As Forward batches them: with a centralised critic, one state per env.
+  const int64_t per = RowsPerState();
+  const bool with_states = use_state_ && (recording_ || graphed_);  // as Gather: serving needs no critic
   c10::InferenceMode guard;
-  torch::Tensor state;
-  if (use_state_ && (recording_ || graphed_)) {  // as Forward: serving needs no critic
-    std::vector<int64_t> sshape{rows / per};
-    sshape.insert(sshape.end(), state_shape_.begin(), state_shape_.end());
-    state = torch::zeros(sshape, torch::TensorOptions().device(device_));
-  }
-  if (graphed_) {
-    // Captures the largest bucket's graph now rather than on the first full batch.
-    auto out = graphed_->Act(torch::zeros(shape, torch::TensorOptions().device(device_)), state);
-    (void)out.action.to(torch::kCPU);
+  auto forward = [&](int64_t units) {
+    const int64_t rows = units * per;
+    std::vector<int64_t> shape{rows};
+    shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
+    torch::Tensor state;
+    if (with_states) {
+      std::vector<int64_t> sshape{units};
+      sshape.insert(sshape.end(), state_shape_.begin(), state_shape_.end());
+      state = torch::zeros(sshape, torch::TensorOptions().device(device_));
+    }
+    if (graphed_) {
+      // Captures the bucket's graph now rather than on the first batch that needs it.
+      auto out = graphed_->Act(torch::zeros(shape, torch::TensorOptions().device(device_)), state);
+      (void)out.action.to(torch::kCPU);
+    } else {
+      AutocastGuard autocast(device_, precision_);
+      auto out = policy_->Act(torch::zeros(shape, torch::TensorOptions().device(device_)), state,
+                              /*deterministic=*/false, /*with_value=*/recording_);
+      (void)out.action.to(torch::kCPU);
+    }
+  };
+  const int64_t max_units = std::max<int64_t>(1, config_.batcher.max_rows / per);
+  // On CUDA, every size a batch can take: the eager forward's padded sizes (cuDNN's benchmark mode times its
+  // algorithms once per shape), or the graphs' buckets (one capture each). On the CPU, the largest batch only.
+  std::vector<int64_t> sizes;
+  if (device_.is_cuda()) {
+    for (int64_t u = 1; u <= max_units; ++u) {
+      const int64_t size = graphed_ ? GraphedActor::BucketRows(u) : PaddedRows(u);
+      if (sizes.empty() || sizes.back() != size) sizes.push_back(size);
+    }
   } else {
-    AutocastGuard autocast(device_, precision_);
-    auto out = policy_->Act(torch::zeros(shape, torch::TensorOptions().device(device_)), state);
-    (void)out.action.to(torch::kCPU);
+    sizes.push_back(max_units);
   }
-  spdlog::debug("warm-up forward at batch {}: {:.1f} ms", config_.batcher.max_rows,
-                1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  for (int64_t units : sizes) forward(units);
+  spdlog::info("warm-up: {} forward batch size(s) up to {} rows in {:.2f} s", sizes.size(), sizes.back() * per,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void Acting::EncodeReply(const wire::StepRequest& req, const Output& out, int64_t row, int64_t rows,

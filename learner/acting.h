@@ -43,16 +43,29 @@ class Acting {
     torch::Tensor action;  // int64 [rows] or [rows, K], float [rows, ...] (unclipped); on the CPU
     torch::Tensor logp;    // float [rows]
     torch::Tensor value;   // float [rows] (zeros when not needed)
+    // CUDA: of the forward's wall time, the part spent waiting for the device's results (the one
+    // synchronisation), and the device's own time for the batch (CUDA events: copies in, forward, copies out);
+    // both 0 on the CPU.
+    double wait_seconds = 0;
+    double device_seconds = 0;
   };
   // The rows of `steps` (requests and final observations).
   static int64_t Rows(const std::vector<Work*>& steps);
-  // Two halves, timed apart by the learner: Gather copies the batch's inputs into the preallocated buffers (host
-  // memory, pinned on CUDA); Act then runs the forward on them (or draws random actions).
+  // Gather copies the batch's inputs into the preallocated buffers (host memory, pinned on CUDA); Launch then
+  // queues the forward on them (or draws random actions), and Finish waits for its outputs. On CUDA the thread
+  // is free between Launch and Finish while the device computes; on the CPU Launch does all the work. Act is
+  // Launch then Finish.
   void Gather(const std::vector<Work*>& steps, int64_t rows);
-  Output Act(int64_t rows);
+  void Launch(int64_t rows);
+  Output Finish();
+  Output Act(int64_t rows) {
+    Launch(rows);
+    return Finish();
+  }
 
   // One forward pass at the largest batch, so that the first requests do not pay for allocator growth, kernel
-  // selection or lazy initialisation.
+  // selection or lazy initialisation; on CUDA (eager) one at every padded batch size, so that cuDNN's benchmark
+  // mode times its algorithms for each before the first request rather than during the run.
   void WarmUp();
 
   // The reply to `req` from rows [row, row + rows) of `out`.
@@ -64,8 +77,11 @@ class Acting {
  private:
   // CUDA's eager forward pads a batch of `units` (rows, or envs) to one of a few sizes.
   static int64_t PaddedRows(int64_t units);
+  // The rows that share one global state in the gathered batch: an env's agents when states are gathered
+  // (training, or graphs captured with the critic), else 1.
+  int64_t RowsPerState() const;
   Output RandomActions(int64_t rows);
-  Output Forward(int64_t rows);
+  Output Forward(int64_t rows);  // Launch's work: the outputs, on the host once the stream has passed them
   // sde: every request's noise matrices into batch_noise_ (the final observations' and the padding's are zero).
   void GatherSdeNoise(const std::vector<Work*>& steps);
 
@@ -88,6 +104,9 @@ class Acting {
   torch::Tensor batch_states_view_;  // the gathered states of the batch (undefined when not needed)
   const bool sde_;                   // the policy samples with held noise matrices (ppo.sde, not deterministic)
   torch::Tensor batch_noise_;        // sde: [rows, latent, action numel] standard normals, preallocated
+  DeviceSpan span_;                  // CUDA: the device's time for each batch
+  Output pending_;                   // launched, not finished
+  bool launched_ = false;
 
  public:
   // learner.random_actions' generator, whose state a checkpoint keeps.

@@ -69,6 +69,13 @@ Status Learner::Impl::Init() {
   if (auto s = ResolveDevice(config.learner.device, &device); !s.ok()) return s;
   if (auto s = ParsePrecision(config.learner.precision, &precision); !s.ok()) return s;
   if (auto s = CheckPrecision(precision, device); !s.ok()) return s;
+  acting_precision = precision;
+  if (config.learner.acting_precision != "auto") {
+    if (auto s = ParsePrecision(config.learner.acting_precision, &acting_precision); !s.ok())
+      return Status::InvalidArgument("learner.acting_precision: " + s.message());
+    if (auto s = CheckPrecision(acting_precision, device); !s.ok())
+      return Status::InvalidArgument("learner.acting_precision: " + s.message());
+  }
   if (config.learner.cuda_graphs && !config.learner.random_actions) {
     if (!BuiltWithCuda())
       return Status::InvalidArgument("learner.cuda_graphs: this build's LibTorch has no CUDA (Debian's LibTorch is "
@@ -223,6 +230,7 @@ nlohmann::json Learner::Impl::Summary() const {
   s["stop_reason"] = outcome.stop_reason;
   s["device"] = device.str();
   s["precision"] = config.learner.precision;
+  s["acting_precision"] = PrecisionName(acting_precision);
   s["torch_version"] = TORCH_VERSION;
   s["start_unix"] = reporting.start_unix;
   return s;
@@ -235,6 +243,9 @@ Status Learner::Run(nlohmann::json* summary) {
   spdlog::info("learner listening on {}; run directory {}", m.endpoint, m.run_dir->path());
   std::vector<Work> batch;
   bool cancelled = false;
+  // On CUDA, everything this thread queues (the policy's building and warm-up, the acting forwards, the weight
+  // copies after updates) goes on a stream of its own, high-priority unless learner.acting_high_priority is off.
+  ScopedCudaStream acting_stream(m.device, m.config.learner.acting_high_priority);
   while (true) {
     const auto t0 = Clock::now();
     const bool during_update = m.trainer_busy();

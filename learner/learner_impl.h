@@ -138,7 +138,10 @@ struct Learner::Impl {
   void OnTrainerDone(const TrainResult& r);
   void ConsumeOutcome(const WorkerState& ws, const wire::StepRequest& req);
   void ServeSteps(std::vector<Work*>& steps);
-  void Respond(std::vector<Work*>& steps, const Acting::Output& out);
+  // `hold`: requests are held for an update (decided once per batch, before the forward's results).
+  bool Records(const Work& w, bool hold);
+  void RecordInputs(const std::vector<Work*>& steps, bool hold);
+  void Respond(std::vector<Work*>& steps, const Acting::Output& out, bool hold);
   void MaybeHandOff();
   void ReleaseParked();
   void CheckStop();
@@ -169,7 +172,8 @@ struct Learner::Impl {
   const FarmConfig config;
   const bool recording = config.learner.train && !config.learner.random_actions;
   torch::Device device{torch::kCPU};
-  Precision precision = Precision::kFp32;
+  Precision precision = Precision::kFp32;         // training (learner.precision)
+  Precision acting_precision = Precision::kFp32;  // the acting forward (learner.acting_precision)
   std::unique_ptr<RunDir> run_dir;
   std::string endpoint;
   std::unique_ptr<ZapAuthenticator> zap;  // with transport.curve: admits the listed workers

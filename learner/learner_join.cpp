@@ -69,7 +69,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   ResolveMemoryBudgets();
   RunParts parts;
   bool fatal = false;
-  if (auto s = BuildRun(config, device, precision, h, hs, &normalizer, &parts, &fatal); !s.ok()) {
+  if (auto s = BuildRun(config, device, precision, acting_precision, h, hs, &normalizer, &parts, &fatal); !s.ok()) {
     if (fatal) FailStart(s.message());
     refuse(config.learner.resume && fatal && s.message().rfind("resume failed: ", 0) == 0
                ? "the learner could not resume: " + s.message().substr(15)
@@ -93,7 +93,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
     refuse(s.message());
     return false;
   }
-  acting = std::make_unique<Acting>(config, device, precision, spec.observation, spec.action, parts.options.global_state,
+  acting = std::make_unique<Acting>(config, device, acting_precision, spec.observation, spec.action, parts.options.global_state,
                                     spec.num_agents, parts.acting, std::move(parts.graphed), recording);
   acting->WarmUp();
   if (parts.resumed) ApplyResume(*parts.resumed, *parts.trainer);

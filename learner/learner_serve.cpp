@@ -50,10 +50,9 @@ void Learner::Impl::ConsumeOutcome(const WorkerState& ws, const wire::StepReques
 }
 
 // One forward pass over every request's observations (and the final observations of truncated envs), then
-// record, park or reply.
+// record, park or reply. On CUDA the observations go into the store while the device computes the forward.
 void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
   const int64_t rows = Acting::Rows(steps);
-  Acting::Output out;
   {
     PhaseTimer timer(stats, Phase::kGather);
     ActivityScope busy(inference, "gathering the batch");
@@ -62,23 +61,58 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
   {
     PhaseTimer timer(stats, Phase::kForward);
     ActivityScope busy(inference, "the forward pass");
-    out = acting->Act(rows);
+    acting->Launch(rows);
   }
+  // Decided once for the batch, before the forward's results: which requests are parked and which recorded.
+  const bool hold = collector.Hold(trainer_busy(), registry.size(), outcome.stopping);
+  {
+    PhaseTimer timer(stats, Phase::kServe);
+    ActivityScope busy(inference, "recording the batch's observations");
+    RecordInputs(steps, hold);
+  }
+  Acting::Output out;
+  {
+    PhaseTimer timer(stats, Phase::kForward);
+    ActivityScope busy(inference, "the forward pass");
+    out = acting->Finish();
+  }
+  stats.AddForwardDetail(out.wait_seconds, out.device_seconds);
   ++stats.batches;
   stats.batch_rows += rows;
   PhaseTimer timer(stats, Phase::kServe);
   ActivityScope busy(inference, "recording steps and replying");
-  Respond(steps, out);
+  Respond(steps, out, hold);
 }
 
-void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out) {
+// Whether a request of the batch is recorded and answered now (not parked): its group's rollout is not full and
+// requests are not held for an update.
+bool Learner::Impl::Records(const Work& w, bool hold) {
+  if (hold) return false;
+  if (!recording) return true;
+  const WorkerState& ws = *registry.Find(w.identity);  // steps come from admitted workers only
+  return !collector.store().full(ws.store_group[w.msg.step().group()]);
+}
+
+void Learner::Impl::RecordInputs(const std::vector<Work*>& steps, bool hold) {
+  if (!recording) return;
+  TrajectoryStore& store = collector.store();
+  for (const Work* w : steps) {
+    if (!Records(*w, hold)) continue;
+    const WorkerState& ws = *registry.Find(w->identity);
+    const auto& req = w->msg.step();
+    store.RecordInputs(ws.store_group[req.group()], reinterpret_cast<const float*>(req.obs().data().data()),
+                       req.has_global_state() ? reinterpret_cast<const float*>(req.global_state().data().data())
+                                              : nullptr);
+  }
+}
+
+void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out, bool hold) {
   const Space& action = registry.run().action;
   const int64_t action_numel = action.numel();
   const std::size_t action_bytes = action.is_categorical() ? sizeof(int64_t) : sizeof(float);
   const auto* act_ptr = static_cast<const uint8_t*>(out.action.data_ptr());
   const float* logp_ptr = out.logp.data_ptr<float>();
   const float* value_ptr = out.value.data_ptr<float>();
-  const bool hold = collector.Hold(trainer_busy(), registry.size(), outcome.stopping);
   TrajectoryStore* store = collector.has_store() ? &collector.store() : nullptr;
 
   int64_t row = 0;
@@ -103,12 +137,10 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out
     } else if (hold) {
       collector.Park(std::move(*w));
     } else {
+      // The observations went in before the forward's results (RecordInputs).
       if (recording)
-        store->RecordStep(g, reinterpret_cast<const float*>(req.obs().data().data()),
-                          act_ptr + row * action_numel * static_cast<int64_t>(action_bytes), logp_ptr + row,
-                          value_ptr + row, stats.version,
-                          req.has_global_state() ? reinterpret_cast<const float*>(req.global_state().data().data())
-                                                 : nullptr);
+        store->RecordOutputs(g, act_ptr + row * action_numel * static_cast<int64_t>(action_bytes), logp_ptr + row,
+                             value_ptr + row, stats.version);
       WorkerRegistry::MarkActed(ws, req.group());
       auto* a = reply_msg.mutable_action();
       acting->EncodeReply(req, out, row, rows, stats.version, a);

@@ -80,6 +80,8 @@ std::vector<RunStats::Item> RunStats::Items(const Outside& o) const {
       {"time_admit_seconds", t.admit, kMT},
       {"time_gather_seconds", t.gather, kMT},
       {"time_forward_seconds", t.forward, kMT},
+      {"time_forward_wait_seconds", t.forward_wait, kMT},
+      {"time_forward_device_seconds", t.forward_device, kMT},
       {"time_serve_seconds", t.serve, kMT},
       {"time_handoff_seconds", t.handoff, kMT},
       {"time_report_seconds", t.report, kMT},
@@ -131,7 +133,9 @@ nlohmann::json RunStats::SummaryCounters(const Outside& outside) const {
   s["time_seconds"] = {{"wait_for_data", t.wait}, {"held_for_update", t.held}, {"admit", t.admit},
                        {"gather", t.gather}, {"forward", t.forward}, {"serve", t.serve},          {"handoff", t.handoff},
                        {"report", t.report},      {"other", t.other},          {"total", ProcessWall()},
-                       {"update", outside.trainer_busy_seconds}};
+                       {"update", outside.trainer_busy_seconds},
+                       // parts of `forward` (CUDA): waiting for the device, and the device's time for the batches
+                       {"forward_wait", t.forward_wait}, {"forward_device", t.forward_device}};
   return s;
 }
 

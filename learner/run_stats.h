@@ -38,6 +38,12 @@ struct TimeSplit {
   double handoff = 0;  // taking a full rollout for the trainer, copying the new weights into the acting policy
   double report = 0;   // metrics.jsonl, TensorBoard, the status line, dropping silent workers
   double other = 0;    // the rest of the wall time since Run began (set by Close)
+  // Inside `forward`, not added to the rest (CUDA only, 0 on the CPU): the part spent waiting for the device's
+  // results, and the device's own time for the batches (CUDA events around each batch's copies and forward;
+  // time its kernels waited there for the trainer's counts too). forward - forward_wait is the host's time
+  // launching the work.
+  double forward_wait = 0;
+  double forward_device = 0;
 
   double named() const { return wait + held + admit + gather + forward + serve + handoff + report; }
 };
@@ -72,6 +78,11 @@ class RunStats {
   // The clock of the time split starts here (Learner::Run).
   void Start(std::chrono::steady_clock::time_point now, double wall_offset);
   void Add(Phase phase, double seconds);
+  // The forward's detail (TimeSplit::forward_wait and forward_device), for one batch.
+  void AddForwardDetail(double wait_seconds, double device_seconds) {
+    time_.forward_wait += wait_seconds;
+    time_.forward_device += device_seconds;
+  }
   // Wall seconds of earlier sessions of this run (--resume), added to Wall().
   void set_wall_offset(double seconds) { wall_offset_ = seconds; }
   // Wall seconds of the run: this process's since Start, plus earlier sessions' (--resume).

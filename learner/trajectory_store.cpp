@@ -200,12 +200,25 @@ void TrajectoryStore::CopyRows(U* field, int64_t width, int64_t stride_rows, int
 
 void TrajectoryStore::RecordStep(int group, const float* obs, const void* actions, const float* logp,
                                  const float* value, int64_t policy_version, const float* states) {
+  RecordInputs(group, obs, states);
+  RecordOutputs(group, actions, logp, value, policy_version);
+}
+
+void TrajectoryStore::RecordInputs(int group, const float* obs, const float* states) {
   if (!groups_[group].arena) PlaceGroups();
   Group& g = groups_[group];
   Arena& a = *g.arena;
   const int64_t t = g.steps;
   CopyRows(a.obs, obs_numel_, a.rows, t, g.col, g.rows, obs);
   if (state_numel_ > 0) CopyRows(a.state, state_numel_, a.envs, t, g.env_col, g.rows / agents_, states);
+}
+
+void TrajectoryStore::RecordOutputs(int group, const void* actions, const float* logp, const float* value,
+                                    int64_t policy_version) {
+  if (!groups_[group].arena) PlaceGroups();
+  Group& g = groups_[group];
+  Arena& a = *g.arena;
+  const int64_t t = g.steps;
   if (integer_actions_) {
     CopyRows(reinterpret_cast<int64_t*>(a.action), action_numel_, a.rows, t, g.col, g.rows,
              static_cast<const int64_t*>(actions));

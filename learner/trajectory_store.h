@@ -18,7 +18,7 @@
 // in no new pages.
 //
 // Protocol per group: RecordStep (obs, global states, action, log-prob, value
-// at step t) -> RecordOutcome (reward and done flags of that step; t becomes
+// at step t; or RecordInputs then RecordOutputs) -> RecordOutcome (reward and done flags of that step; t becomes
 // t+1) -> ... until t == T, then SetBootstrap (value of the next
 // observation). When every group is full, Take() gives the rollout and starts
 // every group at t = 0.
@@ -108,6 +108,10 @@ class TrajectoryStore {
   // and may be null, otherwise).
   void RecordStep(int group, const float* obs, const void* actions, const float* logp, const float* value,
                   int64_t policy_version, const float* states = nullptr);
+  // RecordStep in two halves, for a caller that copies the inputs while the forward runs on a device: the inputs
+  // (observations, states), then the forward's outputs, which complete the step. Same arguments as RecordStep.
+  void RecordInputs(int group, const float* obs, const float* states = nullptr);
+  void RecordOutputs(int group, const void* actions, const float* logp, const float* value, int64_t policy_version);
   void RecordOutcome(int group, const float* reward, const uint8_t* terminated, const uint8_t* truncated);
   // Adds `bonus` to the reward of row `row` (within the group) at its last completed step.
   void AddReward(int group, int row, float bonus);
