@@ -16,19 +16,38 @@
 #          protocol on the GPU);
 #   e2e, update, train, infer, matmul: the CartPole checks of issues 3 and 4 (per-precision end to end, PPO
 #          update samples/s, 16-worker throughput, inference rows/s, matmul peak).
+#   seeds  (--seeds-workload) the seeds' workload, issue 29's table: uav_coverage, cnn encoder, 16 workers x 32
+#          envs (4 groups), async, batches of up to 8192 rows, before (the source in $FARM_GPU_BEFORE, a tarball
+#          of an earlier commit, built beside this one) and after (this build) with each acting change on its own
+#          (FARM_GPU_SEEDS_RUNS), then 64 workers; per run env steps/s (steady: between metrics rows after the
+#          first 8 s), GPU busy, the inference thread's split with the forward's wait and device time, workers lost.
 # Output under $OUT (default ./gpu-out): log.txt (everything), summary.txt (one line per figure),
 # results.jsonl (benchmark JSON), detail.tgz (build, test and run logs, nvidia-smi samples), gpu-bin.tgz.
-# Usage: scripts/gpu_check.sh [BUDGET_SECONDS]
+# Usage: scripts/gpu_check.sh [--seeds-workload] [BUDGET_SECONDS]
+#   --seeds-workload: steps "seeds tests", builds in /tmp (outside the checkout), the programs and the CUDA tests
+#   only; prepare with `git archive COMMIT | gzip > .gpubefore/before.tgz` for the before column.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-$ROOT/gpu-out}"
 mkdir -p "$OUT"
+SEEDS_MODE=0
+if [ "${1:-}" = --seeds-workload ]; then SEEDS_MODE=1; shift; fi
 BUDGET="${1:-540}"
 START=$(date +%s)
 DEBS="${FARM_GPU_DEBS:-$ROOT/.gpudeps}"
 PREFIX=/tmp/farm-deps
-BUILD="${FARM_GPU_BUILD_DIR:-$ROOT/build-gpu}"
+if [ "$SEEDS_MODE" = 1 ]; then
+  BUILD="${FARM_GPU_BUILD_DIR:-/tmp/farm-build-gpu}"
+  BEFORE_TGZ="${FARM_GPU_BEFORE:-$ROOT/.gpubefore/before.tgz}"
+  : "${FARM_GPU_STEPS:=seeds tests}"
+  : "${FARM_GPU_TARGETS:=farm-learner farm-worker farm-bench cuda_graph_test amp_test ppo_graph_test centralised_critic_test learner_protocol_test multi_discrete_test}"
+else
+  BUILD="${FARM_GPU_BUILD_DIR:-$ROOT/build-gpu}"
+  BEFORE_TGZ=""
+fi
+BEFORE_SRC=/tmp/farm-before-src
+BEFORE_BUILD=/tmp/farm-build-before
 DEV="${FARM_GPU_DEVICE:-cuda}"  # cpu: a dry run of the script's logic on a machine without a GPU
 LOG="$OUT/log.txt"
 D="$OUT/detail"
@@ -94,6 +113,19 @@ rc=$?
 grep -E "FARM_WITH_CUDA|CUDA|Torch|Error|error" "$D/configure.txt" | head -30
 [ $rc -eq 0 ] || { fig "FAIL configure (rc $rc)"; tail -40 "$D/configure.txt"; exit 1; }
 
+# The before column's source, built beside this one (learner and worker only), in the background.
+before_pid=""
+if [ -n "$BEFORE_TGZ" ] && [ -f "$BEFORE_TGZ" ]; then
+  say "before: building $BEFORE_TGZ in $BEFORE_BUILD (background)"
+  rm -rf "$BEFORE_SRC" && mkdir -p "$BEFORE_SRC" && tar xzf "$BEFORE_TGZ" -C "$BEFORE_SRC"
+  (cmake -S "$BEFORE_SRC" -B "$BEFORE_BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" -DCUDAToolkit_ROOT="$cuda_root" \
+     -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DFARM_BUILD_TESTS=OFF \
+     -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed" &&
+   cmake --build "$BEFORE_BUILD" -j "$(nproc)" --target farm-learner farm-worker) >"$D/build_before.txt" 2>&1 &
+  before_pid=$!
+fi
+
 say "build: $(echo $TARGETS | wc -w) targets"
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >"$D/build.txt" 2>&1
@@ -111,7 +143,14 @@ for t in "$BUILD"/tests/*_test; do [ -x "$t" ] && TESTS+=("$(basename "$t")"); d
 # FARM_GPU_TESTS: only these test programs (names separated by spaces), for a short rerun.
 [ -n "${FARM_GPU_TESTS:-}" ] && read -r -a TESTS <<<"$FARM_GPU_TESTS"
 
+if [ -n "$before_pid" ]; then
+  wait "$before_pid"; rc=$?
+  fig "build before rc $rc in $(($(date +%s) - START)) s"
+  [ $rc -eq 0 ] || grep -E "error" "$D/build_before.txt" | head -20
+fi
+
 # The multi-agent map workload on the GPU: uav_coverage, cnn encoder, 16 and 64 workers, sync and async.
+# RUN_BUILD / RUN_ROOT: the binaries and the launcher of the run (default this checkout's, built in $BUILD).
 scale_run() {  # NAME WORKERS SECONDS KEY=VALUE...
   local name="$1" workers="$2" secs="$3"; shift 3
   local dir="/tmp/farm-gpu-$name" sets=() smi="$D/nvsmi_$name.csv"
@@ -121,13 +160,14 @@ scale_run() {  # NAME WORKERS SECONDS KEY=VALUE...
     >"$smi" 2>/dev/null &
   local smi_pid=$! t0 t1 rc=0
   t0=$(date +%s.%N)
-  FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$BUILD" timeout $((secs + 90)) scripts/farm run configs/uav_coverage.yaml \
+  FARM_SKIP_BUILD=1 FARM_BUILD_DIR="${RUN_BUILD:-$BUILD}" timeout $((secs + 90)) "${RUN_ROOT:-$ROOT}/scripts/farm" run \
+    configs/uav_coverage.yaml \
     --workers "$workers" --set run_dir="$dir" --set learner.device=$DEV --set ppo.encoder=cnn \
     --set total_env_steps=1000000000 --set max_wall_seconds="$secs" --set learner.progress_interval_s=5 \
     "${sets[@]}" >"$D/scale_$name.txt" 2>&1 || rc=$?
   t1=$(date +%s.%N)
   kill "$smi_pid" 2>/dev/null
-  python3 - "$dir" "$smi" "$t0" "$t1" "$name" "$rc" <<'PY' | tee -a "$OUT/summary.txt"
+  python3 - "$dir" "$smi" "$t0" "$t1" "$name" "$rc" "$OUT/results.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys, datetime
 run, smi, t0, t1, name, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
 try:
@@ -149,8 +189,33 @@ keys = ["env_steps", "sps", "agent_sps", "updates", "update_path", "batch_rows_a
 t = s["time_seconds"]
 split = " ".join(f"{k}={100 * t[k] / t['total']:.0f}%" for k in ("wait_for_data", "held_for_update", "admit", "gather",
                                                                     "forward", "serve", "handoff", "report", "other"))
-print(f"scale {name}: rc {rc} gpu_busy_mean {busy:.1f}% ({len(util)} samples); "
-      f"{json.dumps({k: s.get(k) for k in keys})}; split {split}; trainer busy {100 * t['update'] / t['total']:.0f}%")
+# Steady env steps/s: between the first metrics row at least 8 s into the run and the last one (start-up, the
+# workers joining and the warm-up left out).
+rows = []
+try:
+    for line in open(run + "/metrics.jsonl"):
+        r = json.loads(line)
+        if r.get("wall_seconds") is not None and r.get("env_steps") is not None:
+            rows.append((r["wall_seconds"], r["env_steps"]))
+except OSError:
+    pass
+late = [r for r in rows if r[0] >= 8]
+steady = (late[-1][1] - late[0][1]) / (late[-1][0] - late[0][0]) if len(late) >= 2 and late[-1][0] > late[0][0] else None
+fwd = t.get("forward", 0)
+detail = ""
+if "forward_wait" in t and fwd > 0:
+    detail = (f"; forward: waiting {100 * t['forward_wait'] / fwd:.0f}% of it, device time "
+              f"{100 * t['forward_device'] / t['total']:.0f}% of the wall")
+steady_txt = f"{steady:,.0f}" if steady else "n/a"
+print(f"scale {name}: rc {rc} gpu_busy_mean {busy:.1f}% ({len(util)} samples); steady env sps {steady_txt}; "
+      f"{json.dumps({k: s.get(k) for k in keys})}; split {split}{detail}; trainer busy {100 * t['update'] / t['total']:.0f}%")
+row = {"case": "seeds", "name": name, "rc": int(rc), "gpu_busy": busy, "steady_sps": steady, "sps": s.get("sps"),
+       "agent_sps": s.get("agent_sps"), "workers_joined": s.get("workers_joined"), "workers_lost": s.get("workers_lost"),
+       "batch_rows_avg": s.get("batch_rows_avg"), "updates": s.get("updates"), "max_rss_mb": s.get("max_rss_mb"),
+       "acting_precision": s.get("acting_precision"), "precision": s.get("precision"),
+       "split": {k: (t[k] / t["total"] if t["total"] else None) for k in t if k != "total"}}
+with open(sys.argv[7], "a") as f:
+    f.write(json.dumps(row) + "\n")
 PY
 }
 if enough 60 scale; then
@@ -178,6 +243,59 @@ PY
     say "uav_coverage cnn, $w workers, $mode ${extras[*]}"
     scale_run "$name" "$w" "${FARM_GPU_SCALE_SECONDS:-30}" mode="$mode" "${extras[@]}"
   done
+fi
+
+# The seeds' workload (issue 29): before and after on this machine, each acting change on its own.
+# FARM_GPU_SEEDS_RUNS: COLUMN:WORKERS:ENVS:GROUPS[:KEY=VALUE,...] per run, COLUMN before (the $FARM_GPU_BEFORE build)
+# or after (this one); async, cnn, batches of up to 8192 rows in all of them.
+SEEDS_DEFAULT="before:16:32:4 after:16:32:4 after:16:32:4:learner.acting_high_priority=false
+  after:16:32:4:learner.acting_precision=bf16 after:16:32:4:learner.cuda_graphs=true
+  after:16:32:4:learner.cuda_graphs=true,learner.acting_precision=bf16
+  after:16:32:4:learner.cuda_graphs=true,learner.precision=bf16
+  after:64:8:2:learner.cuda_graphs=true,learner.acting_precision=bf16"
+if [[ "$STEPS" == *" seeds "* ]]; then
+  secs="${FARM_GPU_SCALE_SECONDS:-22}"
+  # The graphed acting path first (its per-env states are new): a failure here explains a failed graphs row.
+  if [ -x "$BUILD/tests/cuda_graph_test" ]; then
+    timeout 90 "$BUILD/tests/cuda_graph_test" >"$D/test_cuda_graph_first.txt" 2>&1
+    fig "test cuda_graph_test (before the runs): rc $? $(grep -E 'test cases|All tests passed' "$D/test_cuda_graph_first.txt" | tail -1)"
+    grep -B2 -A12 -E "FAILED|failed" "$D/test_cuda_graph_first.txt" | head -40
+  fi
+  i=0
+  for spec in ${FARM_GPU_SEEDS_RUNS:-$SEEDS_DEFAULT}; do
+    IFS=: read -r column w envs groups extra <<<"$spec"
+    enough $((secs + 35)) seeds || break
+    extras=()
+    [ -n "$extra" ] && IFS=, read -r -a extras <<<"$extra"
+    i=$((i + 1))
+    name="s${i}_${column}_w${w}x${envs}"
+    [ -n "$extra" ] && name="${name}_$(echo "$extra" | sed 's/learner\.//g; s/cuda_graphs=true/graphs/; s/acting_precision=/act-/; s/precision=/train-/' | tr -c 'A-Za-z0-9\n-' '_')"
+    if [ "$column" = before ]; then
+      [ -x "$BEFORE_BUILD/learner/farm-learner" ] || { fig "SKIP $name: no before build"; continue; }
+      say "seeds' workload $name (before: $BEFORE_TGZ)"
+      RUN_BUILD="$BEFORE_BUILD" RUN_ROOT="$BEFORE_SRC" scale_run "$name" "$w" "$secs" mode=async env.num_envs="$envs" \
+        env.num_groups="$groups" batcher.max_rows=8192 "${extras[@]}"
+    else
+      say "seeds' workload $name"
+      scale_run "$name" "$w" "$secs" mode=async env.num_envs="$envs" env.num_groups="$groups" batcher.max_rows=8192 \
+        "${extras[@]}"
+    fi
+  done
+  python3 - "$OUT/results.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"case": "seeds"' in l]
+if rows:
+    print("| run | env steps/s (steady) | env steps/s (whole run) | GPU busy | inference thread: held / admit / gather / "
+          "forward (waiting) / serve | forward's device time | trainer busy | workers joined / lost |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        t = r["split"]
+        pct = lambda k: f"{100 * t[k]:.0f}" if t.get(k) is not None else "-"
+        steady = f"{r['steady_sps']:,.0f}" if r.get("steady_sps") else "n/a"
+        print(f"| {r['name']} | {steady} | {r['sps']:,.0f} | {r['gpu_busy']:.1f}% | {pct('held_for_update')} / "
+              f"{pct('admit')} / {pct('gather')} / {pct('forward')} ({pct('forward_wait')}) / {pct('serve')} % | "
+              f"{pct('forward_device')}% | {pct('update')}% | {r['workers_joined']} / {r['workers_lost']} |")
+PY
 fi
 
 # Unit tests, one process per test binary, side by side (CTest's one process per case would pay CUDA's
