@@ -212,7 +212,8 @@ void RunClient(const std::string& endpoint, int index, int groups, const ClientS
   farm::SendEnvelope(sock, hello, &scratch);
   farm::wire::Envelope in;
   farm::Status st;
-  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(30), &in, &st) || !in.has_welcome()) return;
+  // Generous: under valgrind the learner takes a minute to build the run from the first Hello.
+  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st) || !in.has_welcome()) return;
   std::vector<float> obs = shape.obs;
   if (obs.empty()) obs.assign(static_cast<std::size_t>(group_rows * obs_numel), 0.01f);
   std::vector<int64_t> obs_shape{group_rows};
