@@ -1,7 +1,10 @@
 // farm-bench: micro-benchmarks that print one JSON object each.
 //   env       steps/s of one EnvGroup stepped in-process with random actions
 //   forward   rows/s of a plain ActorCritic forward loop (the inference ceiling)
-//   serve     rows/s the learner serves to in-process DEALER clients at a batch size
+//   serve     rows/s the learner serves to in-process DEALER clients at a batch size; with --config the
+//             clients take that env's shapes (agents, global state, episode ends) and, with --train, the
+//             learner records into its store and updates: the JSON then has the inference thread's
+//             ns_per_row per phase (admit, gather, forward, serve, handoff, non_forward) from its summary
 //   matmul    peak matrix-multiply rate (GFLOP/s) with LibTorch, float32 or a lower precision
 //   flops     FLOPs per env step of a config's model and PPO settings (for the roofline)
 //   update    PPO update cost (samples/s) on a random rollout, on the config's device and precision
@@ -20,6 +23,7 @@
 #include <fstream>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
@@ -146,32 +150,82 @@ int BenchForward(int batch, int threads, double seconds, const std::string& devi
   return 0;
 }
 
+// What the in-process clients of `serve` present to the learner: an env's spaces and a group's observations,
+// global states (one per env) and episode boundaries, as a worker sends them.
+struct ClientShape {
+  std::string env_name = "CartPole-v1";
+  farm::Space observation = farm::Space::Box({4}, {-1.f}, {1.f});
+  farm::Space action = farm::Space::Discrete(2);
+  uint32_t num_agents = 1;
+  std::optional<farm::Space> global_state;
+  int group_envs = 1;     // envs per group (rows: group_envs x num_agents)
+  int episode_steps = 0;  // every this many steps each env is truncated, as at max_episode_steps (0: never)
+  std::vector<float> obs;    // [rows, obs numel]: every request's observations
+  std::vector<float> state;  // [group_envs, state numel]: every request's global states (empty without)
+
+  int rows() const { return group_envs * static_cast<int>(num_agents); }
+};
+
+// The shape of `env`'s groups of `group_envs` envs, with the observations and states of a real reset.
+farm::Status EnvClientShape(const farm::EnvConfig& env, int group_envs, ClientShape* out) {
+  std::unique_ptr<farm::EnvGroup> group;
+  if (auto s = farm::EnvGroup::Create(env, group_envs, 1, &group); !s.ok()) return s;
+  group->Reset();
+  const farm::EnvSpec& spec = group->spec();
+  out->env_name = spec.name;
+  out->observation = spec.observation;
+  out->action = spec.action;
+  out->num_agents = static_cast<uint32_t>(group->num_agents());
+  out->global_state = spec.global_state;
+  out->group_envs = group_envs;
+  out->episode_steps = spec.max_episode_steps > 0 ? spec.max_episode_steps : 0;
+  out->obs.assign(group->obs(), group->obs() + group->rows() * group->obs_numel());
+  out->state.assign(group->global_state(), group->global_state() + group->size() * group->state_numel());
+  return farm::Status::Ok();
+}
+
 // Clients that answer every ActionReply at once with the same observations:
-// the learner's serving capacity without env stepping.
+// the learner's serving capacity without env stepping. Step results as a worker sends them: a reward and the
+// flags per row and, every shape.episode_steps steps of a group, every env truncated with its final observation
+// and state and an episode's statistics.
 // latencies_us: each reply's time since its request was sent (requests of all groups are outstanding at
 // once, so queueing is included), for replies after measure_from.
-void RunClient(const std::string& endpoint, int index, int groups, int group_rows, double seconds,
+void RunClient(const std::string& endpoint, int index, int groups, const ClientShape& shape, double seconds,
                std::atomic<int64_t>* rows_served, Clock::time_point measure_from, std::vector<double>* latencies_us) {
   zmq::context_t ctx(1);
   farm::TransportConfig tc;
   auto sock = farm::MakeDealer(ctx, fmt::format("bench-client-{}", index), endpoint, tc);
   std::string scratch;
+  const int group_rows = shape.rows();
+  const int64_t obs_numel = shape.observation.numel();
   farm::wire::Envelope hello;
   auto* h = hello.mutable_hello();
   h->set_protocol_version(farm::kProtocolVersion);
   h->set_worker_id(fmt::format("bench-client-{}", index));
-  h->set_env_name("CartPole-v1");
-  h->set_num_envs(static_cast<uint32_t>(groups * group_rows));
+  h->set_env_name(shape.env_name);
+  h->set_num_envs(static_cast<uint32_t>(groups * shape.group_envs));
   h->set_num_groups(static_cast<uint32_t>(groups));
-  farm::ToWire(farm::Space::Box({4}, {-1.f}, {1.f}), h->mutable_observation());
-  farm::ToWire(farm::Space::Discrete(2), h->mutable_action());
+  farm::ToWire(shape.observation, h->mutable_observation());
+  farm::ToWire(shape.action, h->mutable_action());
+  h->set_num_agents(shape.num_agents);
+  if (shape.global_state) farm::ToWire(*shape.global_state, h->mutable_global_state());
   farm::SendEnvelope(sock, hello, &scratch);
   farm::wire::Envelope in;
   farm::Status st;
-  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(30), &in, &st) || !in.has_welcome()) return;
-  std::vector<float> obs(static_cast<std::size_t>(group_rows * 4), 0.01f);
+  // Generous: under valgrind the learner takes a minute to build the run from the first Hello.
+  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st) || !in.has_welcome()) return;
+  std::vector<float> obs = shape.obs;
+  if (obs.empty()) obs.assign(static_cast<std::size_t>(group_rows * obs_numel), 0.01f);
+  std::vector<int64_t> obs_shape{group_rows};
+  obs_shape.insert(obs_shape.end(), shape.observation.shape.begin(), shape.observation.shape.end());
+  std::vector<int64_t> state_shape{shape.group_envs};
+  if (shape.global_state)
+    state_shape.insert(state_shape.end(), shape.global_state->shape.begin(), shape.global_state->shape.end());
   std::vector<float> reward(static_cast<std::size_t>(group_rows), 1.f);
-  const std::string flags(static_cast<std::size_t>(group_rows), '\0');
+  const std::string no_flags(static_cast<std::size_t>(group_rows), '\0');
+  const std::string all_flags(static_cast<std::size_t>(group_rows), '\1');
+  std::vector<int32_t> all_rows(static_cast<std::size_t>(group_rows));
+  for (int i = 0; i < group_rows; ++i) all_rows[static_cast<std::size_t>(i)] = i;
   std::vector<uint64_t> seq(static_cast<std::size_t>(groups), 0);
   std::vector<Clock::time_point> sent(static_cast<std::size_t>(groups));
   farm::wire::Envelope out;
@@ -181,11 +235,27 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
     r->set_group(static_cast<uint32_t>(g));
     r->set_seq(seq[g]);
     r->set_first(seq[g] == 0);
-    farm::SetTensor(r->mutable_obs(), farm::DType::kFloat32, {group_rows, 4}, obs.data(), obs.size() * 4);
+    farm::SetTensor(r->mutable_obs(), farm::DType::kFloat32, obs_shape, obs.data(), obs.size() * 4);
+    if (shape.global_state)
+      farm::SetTensor(r->mutable_global_state(), farm::DType::kFloat32, state_shape, shape.state.data(),
+                      shape.state.size() * 4);
     if (seq[g] > 0) {
       farm::SetTensor(r->mutable_reward(), farm::DType::kFloat32, {group_rows}, reward.data(), reward.size() * 4);
-      r->set_terminated(flags);
-      r->set_truncated(flags);
+      const bool end = shape.episode_steps > 0 && seq[g] % static_cast<uint64_t>(shape.episode_steps) == 0;
+      r->set_terminated(no_flags);
+      r->set_truncated(end ? all_flags : no_flags);
+      if (end) {  // the final observations (and states) are the same data: the cost is in their size
+        r->mutable_final_obs_index()->Assign(all_rows.begin(), all_rows.end());
+        farm::SetTensor(r->mutable_final_obs(), farm::DType::kFloat32, obs_shape, obs.data(), obs.size() * 4);
+        if (shape.global_state)
+          farm::SetTensor(r->mutable_final_global_state(), farm::DType::kFloat32, state_shape, shape.state.data(),
+                          shape.state.size() * 4);
+        for (int e = 0; e < shape.group_envs; ++e) {
+          auto* ep = r->add_episodes();
+          ep->set_episode_return(static_cast<float>(shape.episode_steps));
+          ep->set_length(shape.episode_steps);
+        }
+      }
     }
     ++seq[g];
     sent[g] = Clock::now();
@@ -194,7 +264,7 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
   for (int g = 0; g < groups; ++g) send(g);
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
-    if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(10), &in, &st) || !st.ok() || !in.has_action()) return;
+    if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(30), &in, &st) || !st.ok() || !in.has_action()) return;
     rows_served->fetch_add(group_rows);
     const int g = static_cast<int>(in.action().group());
     const auto now = Clock::now();
@@ -204,23 +274,44 @@ void RunClient(const std::string& endpoint, int index, int groups, int group_row
   }
 }
 
-int BenchServe(int batch, int threads, int clients, double seconds, const std::vector<std::string>& overrides) {
+// batch (> 0: batcher.max_rows). Without a config: CartPole-shaped clients, serving only (learner.train false),
+// 4 groups per client and twice the batch outstanding. With one: clients shaped as its env (spaces, agents, global
+// state, episode length) with `envs` envs each (0: env.num_envs) in env.num_groups groups; `train`: the learner
+// records every step into its trajectory store and runs the PPO updates as the config says.
+int BenchServe(const std::string& config_path, int batch, int threads, int clients, int envs, bool train,
+               double seconds, const std::vector<std::string>& overrides) {
   farm::FarmConfig config;
-  if (auto s = farm::LoadConfig("", overrides, &config); !s.ok()) {
+  if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
     fmt::print(stderr, "{}\n", s.message());
     return 2;
   }
+  const bool env_shaped = !config_path.empty();
   config.learner.threads = threads;
-  config.learner.train = false;
+  config.learner.train = train;
   config.learner.progress_interval_s = 3600;
   config.learner.checkpoint_every = 0;
   config.total_env_steps = int64_t{1} << 60;
-  config.batcher.max_rows = batch;
-  config.batcher.max_wait_us = 1000;
+  if (batch > 0 || !env_shaped) config.batcher.max_rows = batch;
+  if (!env_shaped) config.batcher.max_wait_us = 1000;
   config.run_dir = fmt::format("/tmp/farm-bench-serve-{}", ::getpid());
-  // Twice the batch outstanding, so that one batch queues while another is served.
-  const int groups = 4;
-  const int group_rows = std::max(1, 2 * batch / (clients * groups));
+  ClientShape shape;
+  int groups = 4;
+  if (env_shaped) {
+    groups = config.env.num_groups;
+    const int client_envs = envs > 0 ? envs : config.env.num_envs;
+    if (client_envs % groups != 0) {
+      fmt::print(stderr, "--envs {} is not a multiple of env.num_groups {}\n", client_envs, groups);
+      return 2;
+    }
+    if (auto s = EnvClientShape(config.env, client_envs / groups, &shape); !s.ok()) {
+      fmt::print(stderr, "{}\n", s.message());
+      return 2;
+    }
+  } else {
+    // Twice the batch outstanding, so that one batch queues while another is served.
+    shape.group_envs = std::max(1, 2 * batch / (clients * groups));
+  }
+  const int group_rows = shape.rows();
   std::unique_ptr<farm::Learner> learner;
   if (auto s = farm::Learner::Create(config, &learner); !s.ok()) {
     fmt::print(stderr, "{}\n", s.message());
@@ -235,7 +326,7 @@ int BenchServe(int batch, int threads, int clients, double seconds, const std::v
                                                std::chrono::duration<double>(warmup));
   std::vector<std::vector<double>> latencies(static_cast<std::size_t>(clients));
   for (int c = 0; c < clients; ++c)
-    client_threads.emplace_back(RunClient, learner->endpoint(), c, groups, group_rows, seconds + warmup, &rows,
+    client_threads.emplace_back(RunClient, learner->endpoint(), c, groups, std::cref(shape), seconds + warmup, &rows,
                                 measure_from, &latencies[static_cast<std::size_t>(c)]);
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   const int64_t r0 = rows.load();
@@ -246,6 +337,15 @@ int BenchServe(int batch, int threads, int clients, double seconds, const std::v
   for (auto& th : client_threads) th.join();
   learner->RequestStop("benchmark done");
   server.join();
+  // The learner's metrics rows (one per update; the time split and env steps so far): the steady state is from
+  // the second update to the last, past the start-up and the first rollouts' fresh store pages.
+  std::vector<nlohmann::json> metrics;
+  {
+    std::ifstream in(config.run_dir + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+      if (auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false); row.is_object()) metrics.push_back(row);
+  }
   (void)farm::RemoveTree(config.run_dir);
   std::vector<double> all;
   for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
@@ -256,13 +356,56 @@ int BenchServe(int batch, int threads, int clients, double seconds, const std::v
     return *at;
   };
   const double p50 = percentile(0.5), p99 = percentile(0.99);
-  fmt::print("{}\n", nlohmann::json{{"case", "serve"}, {"batch", batch}, {"threads", threads}, {"clients", clients},
-                                    {"latency_us_p50", p50}, {"latency_us_p99", p99}, {"replies", all.size()},
-                                    {"group_rows", group_rows}, {"device", config.learner.device},
-                                    {"precision", config.learner.precision},
-                                    {"cuda_graphs", config.learner.cuda_graphs}, {"seconds", t},
-                                    {"rows_per_second", static_cast<double>(r1 - r0) / t}}
-                         .dump());
+  nlohmann::json result{{"case", "serve"}, {"batch", config.batcher.max_rows}, {"threads", threads},
+                        {"clients", clients}, {"latency_us_p50", p50}, {"latency_us_p99", p99},
+                        {"replies", all.size()}, {"group_rows", group_rows}, {"device", config.learner.device},
+                        {"precision", config.learner.precision}, {"cuda_graphs", config.learner.cuda_graphs},
+                        {"seconds", t}, {"rows_per_second", static_cast<double>(r1 - r0) / t}};
+  if (env_shaped) {
+    result["env"] = shape.env_name;
+    result["groups"] = groups;
+    result["train"] = train;
+    // The inference thread's cost per agent row over the whole run (warm-up included), from the learner's
+    // summary: each phase's seconds over the rows it admitted with step results (agent_steps).
+    const auto& ts = summary.value("time_seconds", nlohmann::json::object());
+    const double agent_rows = summary.value("agent_steps", 0.0);
+    nlohmann::json per_row = nlohmann::json::object();
+    double non_forward = 0;
+    for (const char* phase : {"admit", "gather", "forward", "serve", "handoff"}) {
+      const double s = ts.value(phase, 0.0);
+      per_row[phase] = agent_rows > 0 ? 1e9 * s / agent_rows : 0.0;
+      if (std::string(phase) != "forward") non_forward += s;
+    }
+    per_row["non_forward"] = agent_rows > 0 ? 1e9 * non_forward / agent_rows : 0.0;
+    result["ns_per_row"] = per_row;
+    // Steady state: between the metrics rows of update 2 and of the last update.
+    const nlohmann::json* from = nullptr;
+    const nlohmann::json* to = nullptr;
+    for (const auto& row : metrics) {
+      if (row.value("update", 0) == 2) from = &row;
+      if (row.value("update", 0) > 2) to = &row;
+    }
+    if (from && to) {
+      const double rows_between =
+          (to->value("env_steps", 0.0) - from->value("env_steps", 0.0)) * static_cast<double>(shape.num_agents);
+      nlohmann::json steady = nlohmann::json::object();
+      double steady_non_forward = 0;
+      for (const char* phase : {"admit", "gather", "forward", "serve", "handoff"}) {
+        const std::string key = fmt::format("time_{}_seconds", phase);
+        const double s = to->value(key, 0.0) - from->value(key, 0.0);
+        steady[phase] = 1e9 * s / rows_between;
+        if (std::string(phase) != "forward") steady_non_forward += s;
+      }
+      steady["non_forward"] = 1e9 * steady_non_forward / rows_between;
+      steady["rows"] = rows_between;
+      steady["updates"] = to->value("update", 0) - 2;
+      result["ns_per_row_steady"] = steady;
+    }
+    result["agent_rows"] = agent_rows;
+    result["updates"] = summary.value("updates", 0);
+    result["time_seconds"] = ts;
+  }
+  fmt::print("{}\n", result.dump());
   return 0;
 }
 
@@ -429,7 +572,16 @@ int main(int argc, char** argv) {
   fwd->add_option("--hidden", hidden, "hidden layer sizes")->expected(1, 16);
   fwd->add_flag("--cuda-graphs", graphs, "replay the forward from CUDA graphs");
   auto* serve = app.add_subcommand("serve", "learner serving rows/s");
-  serve->add_option("--batch", batch);
+  std::string serve_config;
+  int serve_envs = 0;
+  bool serve_train = false;
+  auto* serve_batch = serve->add_option("--batch", batch, "batcher.max_rows (with --config: the config's unless given)");
+  serve->add_option("--config", serve_config,
+                    "clients shaped as this config's env (spaces, agents, global state, episode length), "
+                    "env.num_groups groups each; the learner as the config says");
+  serve->add_option("--envs", serve_envs, "with --config: envs per client (default env.num_envs)");
+  serve->add_flag("--train", serve_train,
+                  "with --config: record every step into the trajectory store and run the PPO updates");
   serve->add_option("--threads", threads);
   serve->add_option("--clients", clients);
   std::vector<std::string> serve_overrides;
@@ -452,7 +604,9 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   if (*env_cmd) return BenchEnv(env, num_envs, frame_stack, seconds);
   if (*fwd) return BenchForward(batch, threads, seconds, device, precision, hidden, graphs);
-  if (*serve) return BenchServe(batch, threads, clients, seconds, serve_overrides);
+  if (*serve)
+    return BenchServe(serve_config, serve_config.empty() || serve_batch->count() ? batch : 0, threads, clients,
+                      serve_envs, serve_train, seconds, serve_overrides);
   if (*mm) return BenchMatmul(threads, n, seconds, device, precision);
   if (*fl) return BenchFlops(config_path, overrides);
   if (*up) return BenchUpdate(config_path, overrides, num_envs, seconds);

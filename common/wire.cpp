@@ -1,6 +1,8 @@
 // Conversions between wire messages and in-memory spaces and buffers.
 #include "common/wire.h"
 
+#include "common/non_finite.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -8,6 +10,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace farm {
 
@@ -267,9 +273,11 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
 
 namespace {
 
-// NaN and both infinities: every exponent bit set. A bit test rather than std::isfinite, so that the
-// loop over a whole observation tensor vectorises.
-inline bool NonFiniteBits(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
+// NaN and both infinities: every exponent bit set, exactly when (bits & 0x7f800000) + 0x00800000 carries
+// into bit 31. A bit test rather than std::isfinite, so that the scan over a whole tensor runs without a
+// branch per float.
+constexpr uint32_t kExponent = 0x7f800000u;
+constexpr uint32_t kExponentCarry = 0x00800000u;
 
 // The bytes may sit at any alignment inside a protobuf string: read with memcpy.
 float LoadFloat(const char* p) {
@@ -278,18 +286,40 @@ float LoadFloat(const char* p) {
   return v;
 }
 
-// Index of the first non-finite float among the `n` at `data`, or -1.
+// Whether any of the `n` floats at `data` is non-finite: one pass, unaligned loads, four 16-byte vectors per
+// iteration with SSE2 (1 instruction per float against 2 for the compiler's vectorisation of a compare).
+bool AnyNonFinite(const char* data, int64_t n) {
+  int64_t i = 0;
+  uint32_t any = 0;
+#if defined(__SSE2__)
+  const __m128i exponent = _mm_set1_epi32(static_cast<int>(kExponent));
+  const __m128i carry = _mm_set1_epi32(static_cast<int>(kExponentCarry));
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {
+    const auto* p = reinterpret_cast<const __m128i*>(data + i * 4);
+    a0 = _mm_or_si128(a0, _mm_add_epi32(_mm_and_si128(_mm_loadu_si128(p), exponent), carry));
+    a1 = _mm_or_si128(a1, _mm_add_epi32(_mm_and_si128(_mm_loadu_si128(p + 1), exponent), carry));
+    a2 = _mm_or_si128(a2, _mm_add_epi32(_mm_and_si128(_mm_loadu_si128(p + 2), exponent), carry));
+    a3 = _mm_or_si128(a3, _mm_add_epi32(_mm_and_si128(_mm_loadu_si128(p + 3), exponent), carry));
+  }
+  // Bit 31 of each lane set: a non-finite value in that lane.
+  any = _mm_movemask_ps(_mm_castsi128_ps(_mm_or_si128(_mm_or_si128(a0, a1), _mm_or_si128(a2, a3)))) != 0 ? 0x80000000u : 0;
+#endif
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, data + i * 4, sizeof bits);
+    any |= (bits & kExponent) + kExponentCarry;
+  }
+  return (any & 0x80000000u) != 0;
+}
+
+// Index of the first non-finite float among the `n` at `data`, or -1. Finite data (the rule) is read once;
+// the exact index is looked for only in a chunk that has one.
 int64_t FirstNonFinite(const char* data, int64_t n) {
-  constexpr int64_t kChunk = 1024;
+  constexpr int64_t kChunk = 4096;
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     const int64_t end = std::min(n, begin + kChunk);
-    uint32_t any = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, data + i * 4, sizeof bits);
-      any |= static_cast<uint32_t>(NonFiniteBits(bits));
-    }
-    if (!any) continue;
+    if (!AnyNonFinite(data + begin * 4, end - begin)) continue;
     for (int64_t i = begin; i < end; ++i)
       if (!std::isfinite(LoadFloat(data + i * 4))) return i;
   }
@@ -318,18 +348,16 @@ std::string NonFinite::ToString(int64_t row_elements) const {
   return out;
 }
 
-bool FindNonFinite(const wire::StepRequest& req, NonFinite* first) {
-  auto scan = [&](const std::string& bytes, const char* field) {
-    const int64_t i = FirstNonFinite(bytes.data(), FloatCount(bytes));
-    if (i < 0) return false;
-    *first = NonFinite{field, i, LoadFloat(bytes.data() + i * 4)};
-    return true;
-  };
-  if (scan(req.obs().data(), "StepRequest.obs") || scan(req.reward().data(), "StepRequest.reward") ||
-      scan(req.final_obs().data(), "StepRequest.final_obs") ||
-      scan(req.global_state().data(), "StepRequest.global_state") ||
-      scan(req.final_global_state().data(), "StepRequest.final_global_state"))
-    return true;
+namespace {
+
+bool ScanField(const std::string& bytes, const char* field, NonFinite* first) {
+  const int64_t i = FirstNonFinite(bytes.data(), FloatCount(bytes));
+  if (i < 0) return false;
+  *first = NonFinite{field, i, LoadFloat(bytes.data() + i * 4)};
+  return true;
+}
+
+bool FindNonFiniteEpisode(const wire::StepRequest& req, NonFinite* first) {
   for (int i = 0; i < req.episodes_size(); ++i) {
     const float r = req.episodes(i).episode_return();
     if (!std::isfinite(r)) {
@@ -338,6 +366,40 @@ bool FindNonFinite(const wire::StepRequest& req, NonFinite* first) {
     }
   }
   return false;
+}
+
+}  // namespace
+
+bool FindNonFinite(const wire::StepRequest& req, NonFinite* first) {
+  return ScanField(req.obs().data(), "StepRequest.obs", first) ||
+         ScanField(req.reward().data(), "StepRequest.reward", first) ||
+         ScanField(req.final_obs().data(), "StepRequest.final_obs", first) ||
+         ScanField(req.global_state().data(), "StepRequest.global_state", first) ||
+         ScanField(req.final_global_state().data(), "StepRequest.final_global_state", first) ||
+         FindNonFiniteEpisode(req, first);
+}
+
+bool FindNonFiniteBesidesObsAndState(const wire::StepRequest& req, NonFinite* first) {
+  return ScanField(req.reward().data(), "StepRequest.reward", first) ||
+         ScanField(req.final_obs().data(), "StepRequest.final_obs", first) ||
+         ScanField(req.final_global_state().data(), "StepRequest.final_global_state", first) ||
+         FindNonFiniteEpisode(req, first);
+}
+
+int64_t CopyUntilNonFinite(const std::string& bytes, void* dst) {
+  const int64_t n = FloatCount(bytes);
+  const char* src = bytes.data();
+  auto* out = static_cast<char*>(dst);
+  constexpr int64_t kChunk = 4096;  // floats: 16 KiB, well within L1
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t end = std::min(n, begin + kChunk);
+    if (AnyNonFinite(src + begin * 4, end - begin)) {
+      for (int64_t i = begin; i < end; ++i)
+        if (!std::isfinite(LoadFloat(src + i * 4))) return i;
+    }
+    std::memcpy(out + begin * 4, src + begin * 4, static_cast<std::size_t>(end - begin) * 4);
+  }
+  return -1;
 }
 
 int64_t SanitizeNonFinite(wire::StepRequest* req) {

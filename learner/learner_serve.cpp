@@ -1,9 +1,28 @@
 // The learner's inference thread, serving: a batch's dispatch, admitting requests, the forward pass and the
 // replies, parking, handing full rollouts to the trainer and taking its results.
+#include "common/non_finite.h"
 #include "learner/learner_impl.h"
 
 namespace farm {
 using namespace learner_internal;
+
+namespace {
+
+// Recording: copies a request's observations and global states into the store, where RecordStep will want them
+// once the request's step results are in, in the same pass as the non-finite scan over them, and scans the other
+// fields. True when every value is finite and both were copied (RecordStep then copies the rest); false when the
+// store has no place for them yet (no arena since the last hand-off, or a full group) or a value is not finite:
+// the request then goes through AdmitNonFinite as any, and RecordStep copies everything, as before.
+bool CopyInputsAhead(TrajectoryStore& store, const WorkerState& ws, const wire::StepRequest& req) {
+  const TrajectoryStore::StepInputs in = store.NextStepInputs(ws.store_group[req.group()], req.first() ? 0 : 1);
+  if (in.obs == nullptr || (in.states != nullptr) != req.has_global_state()) return false;
+  NonFinite first;
+  return CopyUntilNonFinite(req.obs().data(), in.obs) < 0 &&
+         (in.states == nullptr || CopyUntilNonFinite(req.global_state().data(), in.states) < 0) &&
+         !FindNonFiniteBesidesObsAndState(req, &first);
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------- requests
 
@@ -20,9 +39,17 @@ void Learner::Impl::OnStep(Work& w, std::vector<Work*>* steps) {
   if (req.has_stats_delta())
     if (auto s = normalizer.Merge(req.stats_delta()); !s.ok()) return ReplyError(w.identity, s.message(), &req);
   int64_t sanitized = 0;
-  if (auto s = registry.AdmitNonFinite(*ws, w.msg.mutable_step(), &sanitized); !s.ok()) {
-    ++stats.non_finite_rejected;
-    return ReplyError(w.identity, s.message(), &req);
+  // On the CPU the observations and states are read once: scanned and copied into the store together (or, when
+  // that cannot be, scanned here and copied at serve). On CUDA they are copied into the store while the device
+  // computes the batch's forward (RecordInputs), which hides the copy: on the H200 host, copying them here made
+  // admission slower by more than the copy (docs/PERFORMANCE.md, run 4).
+  w.inputs_recorded = recording && !device.is_cuda() && collector.has_store() &&
+                      CopyInputsAhead(collector.store(), *ws, req);
+  if (!w.inputs_recorded) {
+    if (auto s = registry.AdmitNonFinite(*ws, w.msg.mutable_step(), &sanitized); !s.ok()) {
+      ++stats.non_finite_rejected;
+      return ReplyError(w.identity, s.message(), &req);
+    }
   }
   stats.non_finite_sanitized += sanitized;
   WorkerRegistry::Accept(*ws, req);
@@ -100,9 +127,11 @@ void Learner::Impl::RecordInputs(const std::vector<Work*>& steps, bool hold) {
     if (!Records(*w, hold)) continue;
     const WorkerState& ws = *registry.Find(w->identity);
     const auto& req = w->msg.step();
+    // Already in place when admission copied them in its non-finite scan (w->inputs_recorded).
     store.RecordInputs(ws.store_group[req.group()], reinterpret_cast<const float*>(req.obs().data().data()),
                        req.has_global_state() ? reinterpret_cast<const float*>(req.global_state().data().data())
-                                              : nullptr);
+                                              : nullptr,
+                       w->inputs_recorded);
   }
 }
 
@@ -137,7 +166,7 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out
     } else if (hold) {
       collector.Park(std::move(*w));
     } else {
-      // The observations went in before the forward's results (RecordInputs).
+      // The observations went in at admission or before the forward's results (RecordInputs).
       if (recording)
         store->RecordOutputs(g, act_ptr + row * action_numel * static_cast<int64_t>(action_bytes), logp_ptr + row,
                              value_ptr + row, stats.version);

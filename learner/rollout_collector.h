@@ -37,6 +37,7 @@ class RolloutCollector {
   }
   void Park(Work&& w) {
     w.kind = Work::Kind::kReplay;
+    w.inputs_recorded = false;  // replayed after other records: its inputs are copied again when it is served
     parked_.push_back(std::move(w));
   }
   // The parked requests, oldest first; none stay parked.

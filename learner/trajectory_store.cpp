@@ -199,18 +199,24 @@ void TrajectoryStore::CopyRows(U* field, int64_t width, int64_t stride_rows, int
 }
 
 void TrajectoryStore::RecordStep(int group, const float* obs, const void* actions, const float* logp,
-                                 const float* value, int64_t policy_version, const float* states) {
-  RecordInputs(group, obs, states);
+                                 const float* value, int64_t policy_version, const float* states,
+                                 bool inputs_written) {
+  RecordInputs(group, obs, states, inputs_written);
   RecordOutputs(group, actions, logp, value, policy_version);
 }
 
-void TrajectoryStore::RecordInputs(int group, const float* obs, const float* states) {
+void TrajectoryStore::RecordInputs(int group, const float* obs, const float* states, bool inputs_written) {
   if (!groups_[group].arena) PlaceGroups();
   Group& g = groups_[group];
   Arena& a = *g.arena;
   const int64_t t = g.steps;
-  CopyRows(a.obs, obs_numel_, a.rows, t, g.col, g.rows, obs);
-  if (state_numel_ > 0) CopyRows(a.state, state_numel_, a.envs, t, g.env_col, g.rows / agents_, states);
+  if (inputs_written) {
+    copy_.record_bytes += static_cast<int64_t>(sizeof(float)) *
+                          (g.rows * obs_numel_ + (state_numel_ > 0 ? g.rows / agents_ * state_numel_ : 0));
+  } else {
+    CopyRows(a.obs, obs_numel_, a.rows, t, g.col, g.rows, obs);
+    if (state_numel_ > 0) CopyRows(a.state, state_numel_, a.envs, t, g.env_col, g.rows / agents_, states);
+  }
 }
 
 void TrajectoryStore::RecordOutputs(int group, const void* actions, const float* logp, const float* value,
@@ -231,6 +237,17 @@ void TrajectoryStore::RecordOutputs(int group, const void* actions, const float*
   std::fill_n(a.version + t * a.rows + g.col, g.rows, policy_version);
   copy_.record_bytes += static_cast<int64_t>(sizeof(int64_t)) * g.rows;
   g.pending = true;
+}
+
+TrajectoryStore::StepInputs TrajectoryStore::NextStepInputs(int group, int ahead) {
+  const Group& g = groups_[group];
+  const int64_t t = g.steps + ahead;
+  if (!g.alive || !g.arena || g.pending != (ahead == 1) || t >= T_) return {};
+  Arena& a = *g.arena;
+  StepInputs in;
+  in.obs = a.obs + (t * a.rows + g.col) * obs_numel_;
+  if (state_numel_ > 0) in.states = a.state + (t * a.envs + g.env_col) * state_numel_;
+  return in;
 }
 
 void TrajectoryStore::RecordOutcome(int group, const float* reward, const uint8_t* terminated,

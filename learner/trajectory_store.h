@@ -106,12 +106,25 @@ class TrajectoryStore {
   // `actions` is int64 [rows] (discrete), int64 [rows, K] (multi-discrete) or float [rows, action numel];
   // `states` is float [rows / agents_per_env, state_numel], one per env, when the store keeps states (ignored,
   // and may be null, otherwise).
+  // inputs_written: the observations and states are already in place, written through NextStepInputs (obs and
+  // states are then not read; the bytes count in copy_stats() all the same).
   void RecordStep(int group, const float* obs, const void* actions, const float* logp, const float* value,
-                  int64_t policy_version, const float* states = nullptr);
+                  int64_t policy_version, const float* states = nullptr, bool inputs_written = false);
   // RecordStep in two halves, for a caller that copies the inputs while the forward runs on a device: the inputs
   // (observations, states), then the forward's outputs, which complete the step. Same arguments as RecordStep.
-  void RecordInputs(int group, const float* obs, const float* states = nullptr);
+  void RecordInputs(int group, const float* obs, const float* states = nullptr, bool inputs_written = false);
   void RecordOutputs(int group, const void* actions, const float* logp, const float* value, int64_t policy_version);
+  // Where the group's next RecordStep will put its observations ([rows, obs numel]) and states ([rows /
+  // agents_per_env, state numel]; null when the store keeps none), so that a caller may write them beforehand
+  // (then RecordStep(..., inputs_written)). `ahead` 1: after the pending step's outcome (RecordOutcome) is
+  // recorded; 0: with no step pending. Both null when that place is not known yet: the group has no arena (its
+  // first record after a Take places it), `ahead` does not match whether a step is pending, or the step would be
+  // past the rollout's end. Writing there changes nothing recorded.
+  struct StepInputs {
+    float* obs = nullptr;
+    float* states = nullptr;
+  };
+  StepInputs NextStepInputs(int group, int ahead);
   void RecordOutcome(int group, const float* reward, const uint8_t* terminated, const uint8_t* truncated);
   // Adds `bonus` to the reward of row `row` (within the group) at its last completed step.
   void AddReward(int group, int row, float bonus);

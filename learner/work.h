@@ -36,6 +36,9 @@ struct Work {
   std::string identity;
   wire::Envelope msg;  // Hello, StepRequest or Heartbeat
   int64_t rows = 0;    // the batcher's row count (a StepRequest's observations)
+  // A StepRequest admitted while recording whose observations and global states were copied into the store at
+  // admission (TrajectoryStore::NextStepInputs): RecordStep copies the rest. Cleared when it is parked.
+  bool inputs_recorded = false;
   std::shared_ptr<TrainResult> result;  // kTrainerDone
 };
 

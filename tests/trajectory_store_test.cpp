@@ -1,6 +1,7 @@
 // TrajectoryStore: groups fill their columns of a time-major rollout.
 #include "learner/trajectory_store.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "tests/store_test_util.h"
@@ -271,4 +272,58 @@ TEST_CASE("a steady run hands each rollout's arena to the trainer, copies nothin
   store.Take({3}, 0, nullptr, {2});
   CHECK(store.copy_stats().take_gather_bytes == after_join);
   CHECK(store.copy_stats().zero_copy_takes == 12);
+}
+
+// The learner copies a request's observations and states into the store at admission (NextStepInputs), in the
+// same pass as its non-finite scan, and RecordStep then copies the rest: the rollout is the same as with
+// RecordStep copying everything.
+TEST_CASE("observations and states written ahead through NextStepInputs give the same rollout", "[store]") {
+  const int64_t T = 3;
+  TrajectoryStore plain(T, /*obs_numel=*/3, Space::Discrete(2), /*state_numel=*/2, /*agents_per_env=*/2);
+  TrajectoryStore ahead(T, /*obs_numel=*/3, Space::Discrete(2), /*state_numel=*/2, /*agents_per_env=*/2);
+  const int pa = plain.AddGroup(2), pb = plain.AddGroup(4);
+  const int a = ahead.AddGroup(2), b = ahead.AddGroup(4);
+  // No arena before the first record: nothing to write ahead into.
+  CHECK(ahead.NextStepInputs(a, 0).obs == nullptr);
+  const int64_t act[] = {1, 0, 1, 1};
+  const float logp[] = {-0.1f, -0.2f, -0.3f, -0.4f}, val[] = {0.5f, 0.6f, 0.7f, 0.8f}, rew[] = {1, 2, 3, 4};
+  const uint8_t no[4] = {};
+  for (int64_t t = 0; t < T; ++t) {
+    for (int g = 0; g < 2; ++g) {
+      const int rows = g == 0 ? 2 : 4;
+      std::vector<float> obs(static_cast<std::size_t>(rows * 3)), state(static_cast<std::size_t>(rows / 2 * 2));
+      for (std::size_t i = 0; i < obs.size(); ++i) obs[i] = static_cast<float>(100 * t + 10 * g + static_cast<int64_t>(i));
+      for (std::size_t i = 0; i < state.size(); ++i) state[i] = -static_cast<float>(100 * t + 10 * g + static_cast<int64_t>(i));
+      if (t > 0) {
+        // A step is pending: ahead 0 does not match; ahead 1 is where the next step goes.
+        CHECK(ahead.NextStepInputs(g == 0 ? a : b, 0).obs == nullptr);
+        const auto in = ahead.NextStepInputs(g == 0 ? a : b, 1);
+        REQUIRE(in.obs != nullptr);
+        REQUIRE(in.states != nullptr);
+        std::copy(obs.begin(), obs.end(), in.obs);
+        std::copy(state.begin(), state.end(), in.states);
+        plain.RecordOutcome(g == 0 ? pa : pb, rew, no, no);
+        ahead.RecordOutcome(g == 0 ? a : b, rew, no, no);
+      }
+      plain.RecordStep(g == 0 ? pa : pb, obs.data(), act, logp, val, t, state.data());
+      // At t 0 the first record places the groups: the inputs go in with RecordStep.
+      ahead.RecordStep(g == 0 ? a : b, t == 0 ? obs.data() : nullptr, act, logp, val, t,
+                       t == 0 ? state.data() : nullptr, /*inputs_written=*/t > 0);
+    }
+  }
+  for (int g : {a, b}) {
+    ahead.RecordOutcome(g, rew, no, no);
+    CHECK(ahead.NextStepInputs(g, 0).obs == nullptr);  // full: no next step in this rollout
+  }
+  for (int g : {pa, pb}) plain.RecordOutcome(g, rew, no, no);
+  REQUIRE(plain.all_full());
+  REQUIRE(ahead.all_full());
+  CHECK(ahead.copy_stats().record_bytes == plain.copy_stats().record_bytes);
+  const Rollout rp = plain.Take({3}, T, nullptr, {2});
+  const Rollout ra = ahead.Take({3}, T, nullptr, {2});
+  CHECK(torch::equal(ra.obs, rp.obs));
+  CHECK(torch::equal(ra.states, rp.states));
+  CHECK(torch::equal(ra.actions, rp.actions));
+  CHECK(torch::equal(ra.rewards, rp.rewards));
+  CHECK(rp.obs[2][5][2].item<float>() == 221);  // step 2, group b (10), its row 3 (column 5), element 2: 200 + 10 + 3 * 3 + 2
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log_limit.h"
+#include "common/non_finite.h"
 #include "common/protobuf_log.h"
 #include "common/wire.h"
 
@@ -614,4 +615,46 @@ TEST_CASE("1000 messages with invalid UTF-8 strings are refused and logged at mo
   CHECK(CountLines(logged, "invalid UTF-8") == 2);    // ...and two lines in the log: the first, and one 10 s on
   CHECK(CountLines(logged, "protobuf: String field") == 2);
   CHECK(CountLines(logged, "(999 more like it in the last 10 s not logged)") == 1);
+}
+
+TEST_CASE("CopyUntilNonFinite copies finite floats in one pass and finds the first non-finite one", "[wire]") {
+  // 10,001 floats: two whole 4096-float chunks, a partial one, and an odd tail past the 16-float vector loop.
+  const int64_t n = 10001;
+  std::vector<float> src(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) src[static_cast<std::size_t>(i)] = static_cast<float>(i) * 0.5f - 7.f;
+  src[42] = std::numeric_limits<float>::max();  // finite extremes
+  src[43] = -std::numeric_limits<float>::denorm_min();
+  // At an odd byte offset, as a protobuf string may hold it.
+  std::string bytes(1, 'x');
+  bytes.append(reinterpret_cast<const char*>(src.data()), src.size() * 4);
+  const std::string unaligned = bytes.substr(1);
+  std::vector<float> dst(static_cast<std::size_t>(n), 1.f);
+  CHECK(CopyUntilNonFinite(unaligned, dst.data()) == -1);
+  CHECK(dst == src);
+  for (const int64_t at : {int64_t{0}, int64_t{4095}, int64_t{4096}, int64_t{8200}, n - 1}) {
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> s = src;
+      s[static_cast<std::size_t>(at)] = bad;
+      if (at + 1 < n) s[static_cast<std::size_t>(n - 1)] = std::nanf("");  // a later one too
+      const std::string b(reinterpret_cast<const char*>(s.data()), s.size() * 4);
+      CHECK(CopyUntilNonFinite(b, dst.data()) == at);
+    }
+  }
+  // The other fields: reward, final_obs, final_global_state and the episodes, never obs or global_state.
+  wire::StepRequest req;
+  const std::vector<float> nan_row(3, std::nanf(""));
+  SetTensor(req.mutable_obs(), DType::kFloat32, {1, 3}, nan_row.data(), 12);
+  SetTensor(req.mutable_global_state(), DType::kFloat32, {1, 3}, nan_row.data(), 12);
+  NonFinite first;
+  CHECK_FALSE(FindNonFiniteBesidesObsAndState(req, &first));
+  CHECK(FindNonFinite(req, &first));
+  SetTensor(req.mutable_final_global_state(), DType::kFloat32, {1, 3}, nan_row.data(), 12);
+  REQUIRE(FindNonFiniteBesidesObsAndState(req, &first));
+  CHECK(first.field == "StepRequest.final_global_state");
+  req.add_episodes()->set_episode_return(std::numeric_limits<float>::infinity());
+  const std::vector<float> one(1, std::numeric_limits<float>::infinity());
+  SetTensor(req.mutable_reward(), DType::kFloat32, {1}, one.data(), 4);
+  REQUIRE(FindNonFiniteBesidesObsAndState(req, &first));
+  CHECK(first.field == "StepRequest.reward");
 }
