@@ -41,8 +41,10 @@ stop_in_time() {
   fi
 }
 
-# 1. The join storm.
+# 1. The join storm. TERM 1 s after the learner is up (its process start, loading LibTorch, takes a second or
+# more on a loaded machine: a TERM before it has bound leaves no run directory, which is not what is tested here).
 start storm 32
+wait_until 60 grep -q "learner listening" "$tmp/storm.log" || { tail -20 "$tmp/storm.log"; fail "storm: the learner did not start"; }
 sleep 1
 stop_in_time storm
 python3 - "$tmp/storm" <<'PY'
