@@ -139,7 +139,6 @@ struct Learner::Impl {
   void ConsumeOutcome(const WorkerState& ws, const wire::StepRequest& req);
   void ServeSteps(std::vector<Work*>& steps);
   // `hold`: requests are held for an update (decided once per batch, before the forward's results).
-  bool Records(const Work& w, bool hold);
   void RecordInputs(const std::vector<Work*>& steps, bool hold);
   void Respond(std::vector<Work*>& steps, const Acting::Output& out, bool hold);
   void MaybeHandOff();

@@ -111,24 +111,18 @@ void Learner::Impl::ServeSteps(std::vector<Work*>& steps) {
   Respond(steps, out, hold);
 }
 
-// Whether a request of the batch is recorded and answered now (not parked): its group's rollout is not full and
-// requests are not held for an update.
-bool Learner::Impl::Records(const Work& w, bool hold) {
-  if (hold) return false;
-  if (!recording) return true;
-  const WorkerState& ws = *registry.Find(w.identity);  // steps come from admitted workers only
-  return !collector.store().full(ws.store_group[w.msg.step().group()]);
-}
-
+// The observations of the requests that Respond will record (not parked: requests not held for an update, their
+// group's rollout not full), into the store.
 void Learner::Impl::RecordInputs(const std::vector<Work*>& steps, bool hold) {
-  if (!recording) return;
+  if (!recording || hold) return;
   TrajectoryStore& store = collector.store();
   for (const Work* w : steps) {
-    if (!Records(*w, hold)) continue;
-    const WorkerState& ws = *registry.Find(w->identity);
+    const WorkerState& ws = *registry.Find(w->identity);  // steps come from admitted workers only
     const auto& req = w->msg.step();
+    const int g = ws.store_group[req.group()];
+    if (store.full(g)) continue;
     // Already in place when admission copied them in its non-finite scan (w->inputs_recorded).
-    store.RecordInputs(ws.store_group[req.group()], reinterpret_cast<const float*>(req.obs().data().data()),
+    store.RecordInputs(g, reinterpret_cast<const float*>(req.obs().data().data()),
                        req.has_global_state() ? reinterpret_cast<const float*>(req.global_state().data().data())
                                               : nullptr,
                        w->inputs_recorded);

@@ -131,11 +131,12 @@ def cmake_defs_of_trixie():
     m = re.search(r'set\(TORCH_CXX_FLAGS "([^"]*)"\)', config)
     if m:
         defs += shlex.split(m.group(1))
-    out = []
-    for d in defs:
-        if d not in out:
-            out.append(d)
-    return out
+    return unique(defs)
+
+
+def unique(items):
+    """`items` in order, each once."""
+    return list(dict.fromkeys(items))
 
 
 def is_cpu_torch_include(path):
@@ -280,11 +281,7 @@ def lib_dirs():
         if d.is_dir():
             dirs.append(d)
             dirs += sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink() and any(p.glob("*.so*")))
-    out = []
-    for d in dirs:
-        if d not in out:
-            out.append(d)
-    return out
+    return unique(dirs)
 
 
 def link(args):
