@@ -32,12 +32,12 @@
 #include "common/config.h"
 #include "common/transport.h"
 #include "common/wire.h"
-#include "learner/amp.h"
-#include "learner/cuda_graph.h"
-#include "learner/device.h"
+#include "learner/model/amp.h"
+#include "learner/model/cuda_graph.h"
+#include "learner/model/device.h"
 #include "learner/learner.h"
-#include "learner/policy.h"
-#include "learner/ppo.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
 #include "worker/env_group.h"
 
 namespace {

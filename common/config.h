@@ -152,7 +152,7 @@ struct LearnerConfig {
   // checkpoint) for this long; the I/O thread keeps answering the workers meanwhile.
   double stall_warn_s = 5.0;
   // What the run is expected to hold (policy copies, optimizer, trajectory store, the update's copy, activations;
-  // learner/memory_budget.h) must fit this many MiB, checked at every Hello: a run that cannot fit stops at its
+  // learner/run/memory_budget.h) must fit this many MiB, checked at every Hello: a run that cannot fit stops at its
   // first Hello, a worker that would not fit is refused. 0: the process's own limit (a cgroup's memory.max,
   // ulimit -v) less what it holds at the first Hello, no check without one; -1: no check. On CUDA the policy, optimizer,
   // update and activations are checked against the GPU's free memory instead. At most 2^40 MiB (1 EiB).
@@ -209,14 +209,14 @@ struct PpoConfig {
   // train/act with it (auto falls back to the LibTorch update; cuda_graphs is refused).
   bool sde = false;
   int sde_sample_freq = 4;  // env steps each env's noise matrix is held
-  // mlp: flattened inputs; cnn: a conv stack for [C, H, W] observations and global states (learner/policy.h).
+  // mlp: flattened inputs; cnn: a conv stack for [C, H, W] observations and global states (learner/model/policy.h).
   std::string encoder = "mlp";
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
-  // The fused CPU update (learner/ppo_fused.h): auto = use it when the policy is on the CPU in fp32 (the same
+  // The fused CPU update (learner/train/ppo_fused.h): auto = use it when the policy is on the CPU in fp32 (the same
   // update as the LibTorch path, several times faster for small MLPs); on = require it (error otherwise);
   // off = always the LibTorch (autograd + torch::optim::Adam) path.
   std::string fused_update = "auto";
-  // The graphed update (learner/ppo_graph.h): each minibatch step (forward, loss, backward, clip, Adam)
+  // The graphed update (learner/train/ppo_graph.h): each minibatch step (forward, loss, backward, clip, Adam)
   // replayed from a CUDA graph instead of launched kernel by kernel. auto = on a CUDA device in fp32 or bf16
   // when the minibatches are of equal size; on = whenever it can run (on the CPU the same static step runs
   // without a graph: for tests); off = the LibTorch path. The first update of a run is always LibTorch's.

@@ -85,7 +85,7 @@ Status Learner::Impl::Init() {
                                                  "learner.device '{}' resolved to {}; set learner.cuda_graphs to false",
                                                  config.learner.device, device.str()));
   }
-  SetCpuThreads(config.learner.threads);  // LibTorch and OpenBLAS (learner/device.h)
+  SetCpuThreads(config.learner.threads);  // LibTorch and OpenBLAS (learner/model/device.h)
   if (device.is_cuda()) {
     // fp32 matmuls may use TF32 tensor cores; convolutions pick their fastest algorithm.
     at::globalContext().setAllowTF32CuBLAS(true);

@@ -11,8 +11,8 @@
 // on-policy); `async` keeps acting with the current snapshot while the
 // trainer updates the next version (policy lag is measured and reported).
 //
-// Threads: the I/O thread (learner/router_loop.h), the inference thread
-// and the trainer thread (learner/trainer_thread.h); learner.cpp says who
+// Threads: the I/O thread (learner/serve/router_loop.h), the inference thread
+// and the trainer thread (learner/train/trainer_thread.h); learner.cpp says who
 // owns what.
 //
 // Threading: Run() is called once, from one thread, which becomes the

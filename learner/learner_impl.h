@@ -24,35 +24,34 @@
 #include "common/files.h"
 #include "common/log_limit.h"
 #include "common/protobuf_log.h"
+#include "common/seconds.h"
 #include "common/tensorboard.h"
 #include "common/transport.h"
 #include "common/wire.h"
-#include "learner/acting.h"
-#include "learner/batcher.h"
-#include "learner/checkpoint.h"
-#include "learner/cuda_graph.h"
-#include "learner/device.h"
-#include "learner/liveness.h"
-#include "learner/error_text.h"
-#include "learner/memory_budget.h"
-#include "learner/metrics.h"
-#include "learner/rollout_collector.h"
-#include "learner/router_loop.h"
+#include "learner/serve/acting.h"
+#include "learner/serve/batcher.h"
+#include "learner/run/checkpoint.h"
+#include "learner/model/cuda_graph.h"
+#include "learner/model/device.h"
+#include "learner/serve/liveness.h"
+#include "learner/run/error_text.h"
+#include "learner/run/memory_budget.h"
+#include "learner/run/metrics.h"
+#include "learner/serve/rollout_collector.h"
+#include "learner/serve/router_loop.h"
 #include "learner/run_builder.h"
-#include "learner/run_dir.h"
-#include "learner/run_normalizer.h"
+#include "learner/run/run_dir.h"
+#include "learner/run/run_normalizer.h"
 #include "learner/run_stats.h"
-#include "learner/trainer_thread.h"
-#include "learner/work.h"
-#include "learner/worker_registry.h"
+#include "learner/train/trainer_thread.h"
+#include "learner/serve/work.h"
+#include "learner/serve/worker_registry.h"
 
 namespace farm {
 namespace learner_internal {
 
 using Clock = std::chrono::steady_clock;
 using Phase = RunStats::Phase;
-
-inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 inline double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -39,7 +39,7 @@ void Learner::Impl::OnHello(Work& w) {
     ActivityScope busy(inference, "building the run from the first Hello (policy, CUDA graphs, warm-up, resume)");
     if (!BuildRunFrom(h, hs, refuse)) return;
   }
-  // The store grows by this worker's rows: the run with it must fit the memory budget (learner/memory_budget.h).
+  // The store grows by this worker's rows: the run with it must fit the memory budget (learner/run/memory_budget.h).
   // (The first Hello's check is BuildRunFrom's, before it writes anything.)
   if (!first) {
     if (auto s = CheckMemoryWith(static_cast<int64_t>(hs.num_groups) * hs.group_rows, "the run with worker " + w.identity);

@@ -9,9 +9,9 @@
 
 #include "common/config.h"
 #include "common/signal_watcher.h"
-#include "learner/checkpoint.h"
+#include "learner/run/checkpoint.h"
 #include "learner/learner.h"
-#include "learner/metrics.h"
+#include "learner/run/metrics.h"
 
 int main(int argc, char** argv) {
   // A file size limit (ulimit -f, a container's) makes a write past it fail with EFBIG instead of killing the

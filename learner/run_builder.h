@@ -16,13 +16,13 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "common/wire.h"
-#include "learner/amp.h"
-#include "learner/checkpoint.h"
-#include "learner/cuda_graph.h"
-#include "learner/policy.h"
-#include "learner/ppo.h"
-#include "learner/run_normalizer.h"
-#include "learner/worker_registry.h"
+#include "learner/model/amp.h"
+#include "learner/run/checkpoint.h"
+#include "learner/model/cuda_graph.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
+#include "learner/run/run_normalizer.h"
+#include "learner/serve/worker_registry.h"
 
 namespace farm {
 

@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "learner/metrics.h"
-#include "learner/ppo.h"
-#include "learner/trajectory_store.h"
+#include "learner/run/metrics.h"
+#include "learner/train/ppo.h"
+#include "learner/train/trajectory_store.h"
 
 namespace farm {
 

@@ -3,7 +3,7 @@
 // PPO trained in bf16 on the CPU. The CUDA tests (fp16, fused kernels) are compiled only with a CUDA
 // LibTorch (FARM_WITH_CUDA) and return with a warning when no GPU is present.
 #include "common/files.h"
-#include "learner/amp.h"
+#include "learner/model/amp.h"
 
 #include <torch/torch.h>
 
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "learner/checkpoint.h"
-#include "learner/policy.h"
-#include "learner/ppo.h"
+#include "learner/run/checkpoint.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's (and abort on failure
 // instead of reporting): include Catch last and drop glog's macro first.

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "learner/batcher.h"
+#include "learner/serve/batcher.h"
 
 using namespace std::chrono_literals;
 using farm::DynamicBatcher;

@@ -15,9 +15,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/files.h"
-#include "learner/checkpoint.h"
-#include "learner/checkpoint_writer.h"
-#include "learner/metrics.h"
+#include "learner/run/checkpoint.h"
+#include "learner/run/checkpoint_writer.h"
+#include "learner/run/metrics.h"
 #include "tests/file_size_limit.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.

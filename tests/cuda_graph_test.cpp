@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "learner/cuda_graph.h"
-#include "learner/policy.h"
+#include "learner/model/cuda_graph.h"
+#include "learner/model/policy.h"
 
 namespace farm {
 namespace {

@@ -1,7 +1,7 @@
 // Tests for the tools' building blocks: policy_spec.json round trips and errors, LoadPolicy on a hand-made
 // run directory, and TorchScript export (discrete and box actions) checked against ActorCritic::Act.
 #include "common/files.h"
-#include "learner/export.h"
+#include "learner/model/export.h"
 
 #include <stdlib.h>
 #include <torch/script.h>
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/checkpoint.h"
-#include "learner/metrics.h"
-#include "learner/policy.h"
+#include "learner/run/checkpoint.h"
+#include "learner/run/metrics.h"
+#include "learner/model/policy.h"
 #include "tests/temp_dir.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's (and abort on failure

@@ -26,7 +26,7 @@
 #include "common/log_limit.h"
 #include "common/transport.h"
 #include "common/wire.h"
-#include "learner/checkpoint.h"
+#include "learner/run/checkpoint.h"
 #include "learner/learner.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.

@@ -1,6 +1,6 @@
-// The run's memory estimate and budget (learner/memory_budget.h): the figures, the limits read from a cgroup
+// The run's memory estimate and budget (learner/run/memory_budget.h): the figures, the limits read from a cgroup
 // and /proc (fake trees here), and the messages that name them.
-#include "learner/memory_budget.h"
+#include "learner/run/memory_budget.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

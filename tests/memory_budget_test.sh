@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory pressure (issue 19): the run's expected memory against learner.memory_budget_mb or the process's own
-# limit, checked at every Hello (learner/memory_budget.h).
+# limit, checked at every Hello (learner/run/memory_budget.h).
 #  1. A budget the run cannot fit: the first Hello is refused with the figures, the learner stops in order
 #     (exit status 1, no checkpoint, no summary), the worker exits saying why.
 #  2. A budget that fits one worker's rows but not two: the second worker is refused, naming it and the budget,

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "common/space.h"
-#include "learner/policy.h"
-#include "learner/ppo.h"
-#include "learner/trajectory_store.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
+#include "learner/train/trajectory_store.h"
 #include "tests/ppo_test_util.h"
 #include "tests/store_test_util.h"
 

@@ -1,8 +1,8 @@
-// The fused CPU update (learner/ppo_fused.h) against PpoTrainer's LibTorch path: from identical parameters,
+// The fused CPU update (learner/train/ppo_fused.h) against PpoTrainer's LibTorch path: from identical parameters,
 // optimizer state and rollouts, both paths must produce the same parameters, Adam moments and statistics,
 // for categorical and Gaussian heads and every loss option. A wrong gradient term moves some parameter by
 // far more than the tolerance: each case also checks that every parameter did move by much more.
-#include "learner/ppo_fused.h"
+#include "learner/train/ppo_fused.h"
 
 #include <torch/torch.h>
 
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/adam_state.h"
-#include "learner/mlp_kernels.h"
-#include "learner/policy.h"
-#include "learner/ppo.h"
+#include "learner/train/adam_state.h"
+#include "learner/train/mlp_kernels.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
 #include "tests/ppo_test_util.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.

@@ -1,9 +1,9 @@
-// The graphed PPO step (learner/ppo_graph.h) against PpoTrainer's LibTorch path: from identical parameters
+// The graphed PPO step (learner/train/ppo_graph.h) against PpoTrainer's LibTorch path: from identical parameters
 // and rollouts, the static step (run eagerly on the CPU, captured into a CUDA graph on a GPU) must produce the
 // same parameters, Adam state and statistics, with categorical and Gaussian heads, a centralised critic with
 // several rows per state, and a target-KL stop. Each case checks that every parameter moved by far more than
 // the tolerance, so a missing gradient or optimizer term cannot hide. Seeded throughout.
-#include "learner/ppo_graph.h"
+#include "learner/train/ppo_graph.h"
 
 #include <torch/torch.h>
 
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/adam_state.h"
-#include "learner/cuda_graph.h"
-#include "learner/policy.h"
-#include "learner/ppo.h"
+#include "learner/train/adam_state.h"
+#include "learner/model/cuda_graph.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
 #include "tests/ppo_test_util.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.

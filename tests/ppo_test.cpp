@@ -7,8 +7,8 @@
 #include <sstream>
 #include <vector>
 
-#include "learner/policy.h"
-#include "learner/ppo.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's (and abort on failure
 // instead of reporting): include Catch last and drop glog's macro first.

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "learner/policy.h"
-#include "learner/ppo.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
 
 namespace farm::testing {
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "common/wire.h"
-#include "learner/acting.h"
-#include "learner/policy_spec.h"
-#include "learner/work.h"
+#include "learner/serve/acting.h"
+#include "learner/model/policy_spec.h"
+#include "learner/serve/work.h"
 
 #undef CHECK  // glog's, from LibTorch: Catch's must win
 #include <catch2/catch.hpp>

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "learner/trajectory_store.h"
+#include "learner/train/trajectory_store.h"
 
 namespace farm::testing {
 

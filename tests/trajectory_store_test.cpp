@@ -1,5 +1,5 @@
 // TrajectoryStore: groups fill their columns of a time-major rollout.
-#include "learner/trajectory_store.h"
+#include "learner/train/trajectory_store.h"
 
 #include <algorithm>
 #include <vector>

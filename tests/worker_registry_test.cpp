@@ -1,13 +1,13 @@
 // WorkerRegistry, Liveness and ThreadActivity without sockets: who may join, which requests are used, who
 // counts as silent, and what a thread reports it is busy with.
-#include "learner/worker_registry.h"
+#include "learner/serve/worker_registry.h"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <thread>
 
-#include "learner/liveness.h"
+#include "learner/serve/liveness.h"
 
 namespace farm {
 namespace {

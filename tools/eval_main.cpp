@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/checkpoint.h"
-#include "learner/policy.h"
+#include "learner/run/checkpoint.h"
+#include "learner/model/policy.h"
 #include "worker/env_group.h"
 
 namespace {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/checkpoint.h"
-#include "learner/export.h"
-#include "learner/metrics.h"
-#include "learner/policy.h"
+#include "learner/run/checkpoint.h"
+#include "learner/model/export.h"
+#include "learner/run/metrics.h"
+#include "learner/model/policy.h"
 
 namespace {
 

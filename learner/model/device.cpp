@@ -1,0 +1,64 @@
+// Device selection.
+#include "learner/model/device.h"
+
+#include <fmt/format.h>
+
+#ifdef FARM_WITH_CUDA
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
+// OpenBLAS's setter, resolved at load time when an OpenBLAS is loaded (LibTorch's BLAS), null otherwise.
+extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
+
+namespace farm {
+
+std::optional<int64_t> CudaFreeBytes(const torch::Device& device) {
+#ifdef FARM_WITH_CUDA
+  if (!device.is_cuda()) return std::nullopt;
+  c10::cuda::CUDAGuard guard(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // cleared: the run goes on without the check
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(free_bytes);
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
+
+void SetCpuThreads(int threads) {
+  torch::set_num_threads(threads);
+  if (openblas_set_num_threads != nullptr) openblas_set_num_threads(threads);
+}
+
+Status ResolveDevice(const std::string& name, torch::Device* out) {
+  if (name == "auto") {
+    *out = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    return Status::Ok();
+  }
+  if (name == "cpu") {
+    *out = torch::Device(torch::kCPU);
+    return Status::Ok();
+  }
+  if (name.rfind("cuda", 0) == 0) {
+    if (!torch::cuda::is_available())
+      return Status::InvalidArgument(fmt::format("learner.device: '{}' requested but LibTorch sees no CUDA device "
+                                                 "(use auto or cpu)", name));
+    try {
+      *out = torch::Device(name);
+    } catch (const c10::Error&) {
+      return Status::InvalidArgument(fmt::format("learner.device: cannot parse '{}' (expected cuda or cuda:N)", name));
+    }
+    if (out->index() >= static_cast<int>(torch::cuda::device_count()))
+      return Status::InvalidArgument(fmt::format("learner.device: '{}' but only {} CUDA devices", name,
+                                                 torch::cuda::device_count()));
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", name));
+}
+
+}  // namespace farm

@@ -1,0 +1,32 @@
+// TorchScript export of a trained policy's deterministic actor, for serving
+// without this code base (Python: torch.jit.load(path)(obs)).
+#pragma once
+
+#include <string>
+
+#include "common/running_stats.h"
+#include "common/status.h"
+#include "learner/model/policy.h"
+
+namespace farm {
+
+// Saves a torch::jit::Module "FarmPolicy" to `path` (temp file, fsync,
+// rename). Its forward(obs) takes a tensor [B, obs_shape...] (any real dtype;
+// converted to float32) and returns the deterministic action:
+//   discrete: int64 [B], the argmax of the actor's logits (= Act(obs, true));
+//   multi-discrete: int64 [B, K], the argmax of each component's logits;
+//   box:      float32 [B, action_shape...], the actor's mean clamped to the
+//             space's bounds (registered as buffers "low" and "high").
+// The actor's layers are parameters w0, b0, w1, b1, ... (copied to the CPU as
+// float32), applied as tanh(x @ w.T + b) with no tanh after the last layer.
+// With the cnn encoder they are preceded by the encoder's, conv0_w, conv0_b,
+// conv1_w, conv1_b (3x3, strides 1 and 2, padding 1, ReLU), then a flatten and
+// enc_w, enc_b (ReLU). The critic (and with it any global state) is not
+// exported: the module acts on an agent's own observation.
+// With `normalize` (a run with env.normalize_obs), forward first applies it to
+// the raw observation, as the workers do: clamp((obs - obs_mean) / obs_std,
+// -clip, clip), with buffers "obs_mean" and "obs_std" (float32, one entry per
+// observation element), so that raw observations go in and actions come out.
+Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const ObsTransform* normalize = nullptr);
+
+}  // namespace farm

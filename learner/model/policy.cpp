@@ -1,0 +1,367 @@
+// ActorCritic: the PPO policy/value network (separate tanh MLPs, orthogonal init, optionally behind conv
+// encoders, the critic optionally on a global state) with a categorical or diagonal-Gaussian action head.
+// Act is on the inference hot path, so it does only the ops it needs.
+#include "learner/model/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace farm {
+namespace {
+
+// 0.5 * log(2 * pi): the constant term of a unit Gaussian's log-density, per dimension.
+constexpr double kHalfLog2Pi = 0.91893853320467274178;
+constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2), for tanh (and the cnn's ReLU) hidden layers
+constexpr double kPolicyHeadGain = 0.01;  // near-uniform initial policy
+constexpr double kValueHeadGain = 1.0;
+constexpr double kSdeEpsilon = 1e-6;  // added to gSDE's variance (SB3's StateDependentNoiseDistribution)
+
+torch::nn::Linear OrthogonalLinear(int64_t in, int64_t out, double gain) {
+  torch::nn::Linear linear(in, out);
+  torch::NoGradGuard no_grad;
+  torch::nn::init::orthogonal_(linear->weight, gain);
+  torch::nn::init::zeros_(linear->bias);
+  return linear;
+}
+
+// Linear-tanh-...-Linear, laid out as PyTorch's nn.Sequential would be ("0.weight", "2.weight", ...).
+torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int64_t out, double head_gain) {
+  torch::nn::Sequential mlp;
+  int64_t width = in;
+  for (int hidden : hidden_sizes) {
+    if (hidden <= 0) throw std::invalid_argument("ActorCritic: hidden sizes must be positive, got " +
+                                                 std::to_string(hidden));
+    mlp->push_back(OrthogonalLinear(width, hidden, kHiddenGain));
+    mlp->push_back(torch::nn::Tanh());
+    width = hidden;
+  }
+  mlp->push_back(OrthogonalLinear(width, out, head_gain));
+  return mlp;
+}
+
+// The cnn encoder of a [C, H, W] input, laid out as nn.Sequential would be: "0" conv, "2" conv, "5" linear.
+torch::nn::Sequential CnnEncoder(const Space& input, int64_t features, const char* what) {
+  if (input.shape.size() != 3)
+    throw std::invalid_argument(std::string("ActorCritic: ppo.encoder cnn needs a [C, H, W] ") + what + ", got " +
+                                input.ToString() + " (use ppo.encoder: mlp)");
+  const int64_t channels = input.shape[0];
+  const int64_t height = input.shape[1];
+  const int64_t width = input.shape[2];
+  auto conv = [](int64_t in, int64_t out, int64_t stride) {
+    torch::nn::Conv2d c(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
+    torch::NoGradGuard no_grad;
+    torch::nn::init::orthogonal_(c->weight, kHiddenGain);  // on the weight's [out, in * 3 * 3] view
+    torch::nn::init::zeros_(c->bias);
+    return c;
+  };
+  // Padding 1: the first conv keeps H x W, the strided one halves it (rounding up).
+  const int64_t flat = kCnnChannels2 * ((height + 1) / 2) * ((width + 1) / 2);
+  torch::nn::Sequential encoder;
+  encoder->push_back(conv(channels, kCnnChannels1, 1));
+  encoder->push_back(torch::nn::ReLU());
+  encoder->push_back(conv(kCnnChannels1, kCnnChannels2, 2));
+  encoder->push_back(torch::nn::ReLU());
+  encoder->push_back(torch::nn::Flatten());
+  encoder->push_back(OrthogonalLinear(flat, features, kHiddenGain));
+  encoder->push_back(torch::nn::ReLU());
+  return encoder;
+}
+
+// Inputs may arrive as uint8/int/double; the networks want float32 [B, numel] (mlp) or [B, C, H, W] (cnn).
+// Both reshape and to() are no-ops (views / same tensor) in the common case.
+torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder) {
+  if (encoder == Encoder::kCnn)
+    return x.reshape({x.size(0), space.shape[0], space.shape[1], space.shape[2]}).to(torch::kFloat32);
+  return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
+}
+
+// One categorical draw per row of `logits` ([R, n], and their log-softmax `logp_all`): the mode (the argmax
+// of the logits themselves, as the exported module takes it: their log-softmax may round near-ties together),
+// or a sample; int64 [R].
+torch::Tensor DrawCategorical(const torch::Tensor& logits, const torch::Tensor& logp_all, bool deterministic) {
+  if (deterministic) return logits.argmax(-1);
+  if (logp_all.is_cuda()) {
+    // The exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. is a sample of p (torch.multinomial's
+    // one-sample path). Written out on CUDA so that it never synchronises with the host and can be
+    // captured in a CUDA graph; the CPU keeps multinomial, and with it the random stream of CPU runs.
+    const torch::Tensor probs = logp_all.exp();
+    return probs.div(torch::empty_like(probs).exponential_()).argmax(-1);
+  }
+  return torch::multinomial(logp_all.exp(), /*num_samples=*/1, /*replacement=*/true).view(-1);
+}
+
+// A multi-discrete head [B, sum(nvec)] whose components all have n choices is read as one [B, K, n]
+// log-softmax (a few kernels instead of a few per component).
+bool UniformCategories(const std::vector<int64_t>& nvec) {
+  return std::all_of(nvec.begin(), nvec.end(), [&](int64_t c) { return c == nvec.front(); });
+}
+
+}  // namespace
+
+const char* EncoderName(Encoder encoder) { return encoder == Encoder::kCnn ? "cnn" : "mlp"; }
+
+Status ParseEncoder(const std::string& name, Encoder* out) {
+  if (name == "mlp") {
+    *out = Encoder::kMlp;
+  } else if (name == "cnn") {
+    *out = Encoder::kCnn;
+  } else {
+    return Status::InvalidArgument("encoder: expected mlp or cnn, got '" + name + "'");
+  }
+  return Status::Ok();
+}
+
+ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes,
+                                 const PolicyOptions& options)
+    : observation_(observation), action_(action), hidden_sizes_(hidden_sizes), options_(options) {
+  const int64_t obs_dim = observation_.numel();
+  if (obs_dim <= 0) throw std::invalid_argument("ActorCritic: empty observation space " + observation_.ToString());
+  const int64_t head_dim = action_.head_size();
+  if (head_dim <= 0) throw std::invalid_argument("ActorCritic: empty action space " + action_.ToString());
+  if (options_.global_state &&
+      (!options_.global_state->is_box() || options_.global_state->dtype != DType::kFloat32 ||
+       options_.global_state->numel() <= 0))
+    throw std::invalid_argument("ActorCritic: the global state must be a non-empty float32 box, got " +
+                                options_.global_state->ToString());
+  const Space& critic_input = options_.global_state ? *options_.global_state : observation_;
+
+  if (options_.encoder == Encoder::kMlp) {
+    actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain));
+    critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain));
+  } else {
+    if (hidden_sizes.empty() || hidden_sizes.front() <= 0)
+      throw std::invalid_argument("ActorCritic: the cnn encoder needs hidden_sizes with a positive first width");
+    const int64_t features = hidden_sizes.front();
+    const std::vector<int> rest(hidden_sizes.begin() + 1, hidden_sizes.end());
+    actor_encoder_ = register_module("actor_encoder", CnnEncoder(observation_, features, "observation"));
+    critic_encoder_ = register_module(
+        "critic_encoder", CnnEncoder(critic_input, features, options_.global_state ? "global state" : "observation"));
+    actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain));
+    critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain));
+  }
+  if (options_.sde && !action_.is_box())
+    throw std::invalid_argument("ActorCritic: state-dependent exploration (sde) needs a box action space, got " +
+                                action_.ToString());
+  if (options_.sde) {
+    sde_latent_ = actor_->at<torch::nn::LinearImpl>(actor_->size() - 1).weight.size(1);
+    log_std_ = register_parameter(
+        "log_std", torch::full({sde_latent_, head_dim}, static_cast<float>(options_.log_std_init)));
+  } else if (action_.is_box()) {
+    log_std_ = register_parameter("log_std", torch::full({head_dim}, static_cast<float>(options_.log_std_init)));
+  }
+}
+
+torch::Tensor ActorCriticImpl::ActorLatent(const torch::Tensor& features) {
+  torch::Tensor x = features;
+  const std::size_t layers = actor_->size();
+  // Mlp's layers: Linear, Tanh, ..., Linear (the head, left out here).
+  for (std::size_t i = 0; i + 1 < layers; ++i) {
+    if (auto* linear = actor_[i]->as<torch::nn::LinearImpl>()) {
+      x = linear->forward(x);
+    } else {
+      x = torch::tanh(x);
+    }
+  }
+  return x;
+}
+
+torch::Tensor ActorCriticImpl::ActorHead(const torch::Tensor& latent) {
+  return actor_->at<torch::nn::LinearImpl>(actor_->size() - 1).forward(latent);
+}
+
+torch::Tensor ActorCriticImpl::SdeVariance(const torch::Tensor& latent) {
+  // Elementwise and a sum rather than a matmul: autocast leaves them in float32.
+  const torch::Tensor z2 = latent.detach().to(torch::kFloat32).square().unsqueeze(-1);  // [B, L, 1]
+  return (z2 * (2 * log_std_).exp()).sum(1) + kSdeEpsilon;                          // [B, A]
+}
+
+torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {
+  torch::Tensor x = Shaped(obs, observation_, options_.encoder);
+  if (actor_encoder_) x = actor_encoder_->forward(x);
+  return x;
+}
+
+torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller) {
+  torch::Tensor x;
+  if (options_.global_state) {
+    if (!state.defined())
+      throw std::invalid_argument(std::string("ActorCritic::") + caller + ": the critic takes a global state " +
+                                  options_.global_state->ToString() + ", but none was given");
+    const int64_t rows = obs.size(0);
+    if (state.size(0) == 0 || rows % state.size(0) != 0)
+      throw std::invalid_argument(std::string("ActorCritic::") + caller + ": " + std::to_string(state.size(0)) +
+                                  " global states for " + std::to_string(rows) +
+                                  " observations (expected one per row, or one per k consecutive rows)");
+    x = Shaped(state, *options_.global_state, options_.encoder);
+    if (critic_encoder_) x = critic_encoder_->forward(x);
+    const torch::Tensor value = critic_->forward(x).squeeze(-1);
+    // One state for k consecutive rows (the agents of one env): the critic runs once, its value is theirs.
+    const int64_t k = rows / state.size(0);
+    return k == 1 ? value : value.repeat_interleave(k);
+  }
+  x = Shaped(obs, observation_, options_.encoder);
+  if (critic_encoder_) x = critic_encoder_->forward(x);
+  return critic_->forward(x).squeeze(-1);
+}
+
+ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic,
+                               bool with_value, const torch::Tensor& sde_noise) {
+  ActOutput out;
+  // Acting needs only the actor: a centralised critic without its state leaves the value undefined.
+  if (with_value && (!options_.global_state || state.defined())) out.value = CriticValue(obs, state, "Act");
+  if (options_.sde) {
+    const torch::Tensor latent = ActorLatent(ActorFeatures(obs));
+    const torch::Tensor mean = ActorHead(latent).to(torch::kFloat32);
+    const torch::Tensor var = SdeVariance(latent);
+    const torch::Tensor log_norm = var.log().sum(-1).mul_(0.5).add_(kHalfLog2Pi * static_cast<double>(mean.size(-1)));
+    if (deterministic) {
+      out.action = mean;
+      out.logp = -log_norm;
+      return out;
+    }
+    torch::Tensor eps;
+    if (sde_noise.defined()) {
+      if (sde_noise.dim() != 3 || sde_noise.size(0) != mean.size(0) || sde_noise.size(1) != sde_latent_ ||
+          sde_noise.size(2) != mean.size(1))
+        throw std::invalid_argument("ActorCritic::Act: sde_noise must be [" + std::to_string(mean.size(0)) + ", " +
+                                    std::to_string(sde_latent_) + ", " + std::to_string(mean.size(1)) + "], got " +
+                                    c10::str(sde_noise.sizes()));
+      // z . (W * sigma): [B, 1, L] x [B, L, A].
+      const torch::Tensor z = latent.detach().to(torch::kFloat32).unsqueeze(-1);  // [B, L, 1]
+      const torch::Tensor noise = (z * sde_noise.to(torch::kFloat32) * log_std_.exp()).sum(1);
+      out.action = mean + noise;
+      eps = noise * var.rsqrt();
+    } else {
+      eps = torch::randn_like(mean);
+      out.action = torch::addcmul(mean, eps, var.sqrt());
+    }
+    out.logp = eps.square().sum(-1).mul_(-0.5).sub_(log_norm);
+    return out;
+  }
+  const torch::Tensor head = actor_->forward(ActorFeatures(obs));
+  if (action_.is_discrete()) {
+    const torch::Tensor logp_all = torch::log_softmax(head, -1);
+    out.action = DrawCategorical(head, logp_all, deterministic);
+    out.logp = logp_all.gather(-1, out.action.unsqueeze(-1)).squeeze(-1);
+  } else if (action_.is_multi_discrete()) {
+    // One categorical per component; the joint log-prob is their sum. Actions int64 [B, K].
+    const int64_t batch = head.size(0);
+    const auto& nvec = action_.nvec;
+    const auto k = static_cast<int64_t>(nvec.size());
+    if (UniformCategories(nvec)) {
+      const torch::Tensor logits = head.reshape({batch * k, nvec.front()});
+      const torch::Tensor logp_all = torch::log_softmax(logits, -1);
+      const torch::Tensor flat = DrawCategorical(logits, logp_all, deterministic);
+      out.action = flat.view({batch, k});
+      out.logp = logp_all.gather(-1, flat.unsqueeze(-1)).view({batch, k}).sum(-1);
+    } else {
+      std::vector<torch::Tensor> actions, logps;
+      for (const torch::Tensor& part : head.split_with_sizes(nvec, -1)) {
+        const torch::Tensor logp_all = torch::log_softmax(part, -1);
+        actions.push_back(DrawCategorical(part, logp_all, deterministic));
+        logps.push_back(logp_all.gather(-1, actions.back().unsqueeze(-1)));
+      }
+      out.action = torch::stack(actions, -1);
+      out.logp = torch::cat(logps, -1).sum(-1);
+    }
+  } else {
+    // a = mean + std * eps, so log N(a) = sum(-eps^2 / 2 - log_std - log sqrt(2 pi)) without dividing back.
+    const torch::Tensor log_norm = log_std_.sum() + kHalfLog2Pi * static_cast<double>(head.size(-1));
+    if (deterministic) {
+      out.action = head;
+      out.logp = (-log_norm).repeat({head.size(0)});
+    } else {
+      const torch::Tensor eps = torch::randn_like(head);
+      out.action = torch::addcmul(head, eps, log_std_.exp());
+      out.logp = eps.square().sum(-1).mul_(-0.5).sub_(log_norm);
+    }
+  }
+  return out;
+}
+
+EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tensor& state,
+                                     const torch::Tensor& actions) {
+  const int64_t batch = obs.size(0);
+  EvalOutput out;
+  out.value = CriticValue(obs, state, "Evaluate");
+  if (options_.sde) {
+    // N(mean, sqrt(var)) per dimension; var trains log_std only (z detached), the mean the whole actor.
+    const torch::Tensor latent = ActorLatent(ActorFeatures(obs));
+    const torch::Tensor mean = ActorHead(latent).to(torch::kFloat32);
+    const int64_t dim = mean.size(-1);
+    const torch::Tensor var = SdeVariance(latent);
+    const torch::Tensor half_log_var = 0.5 * var.log();
+    const torch::Tensor diff = actions.reshape({batch, dim}).to(torch::kFloat32) - mean;
+    out.logp = -0.5 * (diff.square() / var).sum(-1) - half_log_var.sum(-1) - kHalfLog2Pi * static_cast<double>(dim);
+    out.entropy = (half_log_var + (0.5 + kHalfLog2Pi)).sum(-1);
+    return out;
+  }
+  const torch::Tensor head = actor_->forward(ActorFeatures(obs));
+  if (action_.is_discrete()) {
+    const torch::Tensor logp_all = torch::log_softmax(head, -1);
+    const torch::Tensor index = actions.reshape({batch, 1}).to(torch::kLong);
+    out.logp = logp_all.gather(-1, index).squeeze(-1);
+    out.entropy = -(logp_all.exp() * logp_all).sum(-1);
+  } else if (action_.is_multi_discrete()) {
+    // Independent components: log-probs and entropies add up.
+    const auto& nvec = action_.nvec;
+    const auto k = static_cast<int64_t>(nvec.size());
+    const torch::Tensor index = actions.reshape({batch, k}).to(torch::kLong);
+    if (UniformCategories(nvec)) {
+      const torch::Tensor logp_all = torch::log_softmax(head.reshape({batch, k, nvec.front()}), -1);
+      out.logp = logp_all.gather(-1, index.unsqueeze(-1)).squeeze(-1).sum(-1);
+      out.entropy = -(logp_all.exp() * logp_all).sum({1, 2});
+    } else {
+      const std::vector<torch::Tensor> parts = head.split_with_sizes(nvec, -1);
+      for (int64_t i = 0; i < k; ++i) {
+        const torch::Tensor logp_all = torch::log_softmax(parts[static_cast<std::size_t>(i)], -1);
+        const torch::Tensor logp = logp_all.gather(-1, index.select(1, i).unsqueeze(-1)).squeeze(-1);
+        const torch::Tensor entropy = -(logp_all.exp() * logp_all).sum(-1);
+        out.logp = i == 0 ? logp : out.logp + logp;
+        out.entropy = i == 0 ? entropy : out.entropy + entropy;
+      }
+    }
+  } else {
+    const int64_t dim = head.size(-1);
+    const torch::Tensor eps = (actions.reshape({batch, dim}).to(head.scalar_type()) - head) * torch::exp(-log_std_);
+    out.logp = -0.5 * eps.square().sum(-1) - log_std_.sum() - kHalfLog2Pi * static_cast<double>(dim);
+    // Differential entropy of a diagonal Gaussian: sum(0.5 + 0.5 log(2 pi) + log_std); state-independent.
+    out.entropy = (log_std_ + (0.5 + kHalfLog2Pi)).sum().expand({batch});
+  }
+  return out;
+}
+
+torch::Tensor ActorCriticImpl::Value(const torch::Tensor& obs, const torch::Tensor& state) {
+  return CriticValue(obs, state, "Value");
+}
+
+void ActorCriticImpl::CopyFrom(ActorCriticImpl& other) {
+  if (&other == this) return;
+  torch::NoGradGuard no_grad;
+  auto copy_all = [](const torch::OrderedDict<std::string, torch::Tensor>& dst,
+                     const torch::OrderedDict<std::string, torch::Tensor>& src, const char* what) {
+    if (dst.size() != src.size()) {
+      throw std::invalid_argument(std::string("ActorCritic::CopyFrom: ") + what + " count differs: " +
+                                  std::to_string(src.size()) + " vs " + std::to_string(dst.size()));
+    }
+    // Check everything before writing anything, so a mismatch leaves this module untouched.
+    for (const auto& item : dst) {
+      const torch::Tensor* from = src.find(item.key());
+      if (from == nullptr) {
+        throw std::invalid_argument(std::string("ActorCritic::CopyFrom: source lacks ") + what + " " + item.key());
+      }
+      if (from->sizes() != item.value().sizes()) {
+        throw std::invalid_argument(std::string("ActorCritic::CopyFrom: ") + what + " " + item.key() +
+                                    " has shape " + c10::str(from->sizes()) + ", expected " +
+                                    c10::str(item.value().sizes()));
+      }
+    }
+    for (const auto& item : dst) item.value().copy_(src[item.key()]);
+  };
+  copy_all(named_parameters(), other.named_parameters(), "parameter");
+  copy_all(named_buffers(), other.named_buffers(), "buffer");
+}
+
+}  // namespace farm

@@ -1,0 +1,245 @@
+// policy_spec.json: writing and parsing (learner/model/policy_spec.h).
+#include "learner/model/policy_spec.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace farm {
+
+namespace {
+
+using nlohmann::json;
+
+// Written in key order (kind first, observation before action), for people reading the file.
+using ordered_json = nlohmann::ordered_json;
+
+ordered_json BoundsJson(const std::vector<float>& values) {
+  ordered_json out = ordered_json::array();
+  for (float v : values) {
+    if (std::isfinite(v)) {
+      out.push_back(static_cast<double>(v));
+    } else if (std::isnan(v)) {
+      out.push_back("nan");
+    } else {
+      out.push_back(v > 0 ? "inf" : "-inf");
+    }
+  }
+  return out;
+}
+
+ordered_json SpaceJson(const Space& space) {
+  ordered_json j;
+  j["kind"] = space.is_discrete() ? "discrete" : space.is_multi_discrete() ? "multi_discrete" : "box";
+  j["shape"] = space.is_discrete() ? std::vector<int64_t>{} : space.shape;
+  j["n"] = space.is_discrete() ? space.n : 0;
+  if (space.is_multi_discrete()) j["nvec"] = space.nvec;
+  j["low"] = space.is_box() ? BoundsJson(space.low) : ordered_json::array();
+  j["high"] = space.is_box() ? BoundsJson(space.high) : ordered_json::array();
+  return j;
+}
+
+Status ParseBounds(const json& j, const std::string& where, std::vector<float>* out) {
+  if (!j.is_array())
+    return Status::InvalidArgument(fmt::format("{}: expected an array of numbers, got {}", where, j.dump()));
+  out->clear();
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const json& v = j[i];
+    if (v.is_number()) {
+      out->push_back(static_cast<float>(v.get<double>()));
+    } else if (v.is_string() && (v == "inf" || v == "+inf")) {
+      out->push_back(std::numeric_limits<float>::infinity());
+    } else if (v.is_string() && v == "-inf") {
+      out->push_back(-std::numeric_limits<float>::infinity());
+    } else if (v.is_string() && v == "nan") {
+      out->push_back(std::numeric_limits<float>::quiet_NaN());
+    } else {
+      return Status::InvalidArgument(
+          fmt::format("{}[{}]: expected a number or \"inf\", \"-inf\", \"nan\", got {}", where, i, v.dump()));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseSpace(const json& j, const std::string& where, Space* out) {
+  if (!j.is_object())
+    return Status::InvalidArgument(
+        fmt::format("{}: expected an object {{\"kind\", \"shape\", \"n\", \"nvec\", \"low\", "
+                    "\"high\"}}, got {}",
+                    where, j.dump()));
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    if (key != "kind" && key != "shape" && key != "n" && key != "nvec" && key != "low" && key != "high")
+      return Status::InvalidArgument(
+          fmt::format("{}: unknown key '{}' (expected kind, shape, n, nvec, low, high)", where, key));
+  }
+  if (!j.contains("kind") || !j["kind"].is_string())
+    return Status::InvalidArgument(
+        fmt::format("{}.kind: expected \"discrete\", \"multi_discrete\" or \"box\"", where));
+  const std::string kind = j["kind"].get<std::string>();
+  if (kind == "discrete") {
+    if (!j.contains("n") || !j["n"].is_number_integer() || j["n"].get<int64_t>() <= 0)
+      return Status::InvalidArgument(fmt::format("{}.n: expected an integer > 0 for a discrete space, got {}", where,
+                                                 j.contains("n") ? j["n"].dump() : std::string("nothing")));
+    for (const char* key : {"shape", "low", "high"}) {
+      if (j.contains(key) && !(j[key].is_array() && j[key].empty()))
+        return Status::InvalidArgument(
+            fmt::format("{}.{}: expected [] for a discrete space, got {}", where, key, j[key].dump()));
+    }
+    if (j.contains("nvec"))
+      return Status::InvalidArgument(fmt::format("{}.nvec: only a multi_discrete space has one", where));
+    *out = Space::Discrete(j["n"].get<int64_t>());
+    return Status::Ok();
+  }
+  if (kind == "multi_discrete") {
+    const std::string bad = j.contains("nvec") ? j["nvec"].dump() : std::string("nothing");
+    if (!j.contains("nvec") || !j["nvec"].is_array() || j["nvec"].empty())
+      return Status::InvalidArgument(
+          fmt::format("{}.nvec: expected a non-empty array of integers > 0 for a multi_discrete space, got {}",
+                      where, bad));
+    std::vector<int64_t> nvec;
+    for (const json& c : j["nvec"]) {
+      if (!c.is_number_integer() || c.get<int64_t>() <= 0)
+        return Status::InvalidArgument(
+            fmt::format("{}.nvec: expected a non-empty array of integers > 0 for a multi_discrete space, got {}",
+                        where, bad));
+      nvec.push_back(c.get<int64_t>());
+    }
+    const std::vector<int64_t> shape{static_cast<int64_t>(nvec.size())};
+    if (j.contains("shape") && j["shape"] != json(shape))
+      return Status::InvalidArgument(
+          fmt::format("{}.shape: expected [{}] (one entry per nvec component), got {}", where, nvec.size(),
+                      j["shape"].dump()));
+    if (j.contains("n") && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 0))
+      return Status::InvalidArgument(
+          fmt::format("{}.n: expected 0 for a multi_discrete space, got {}", where, j["n"].dump()));
+    for (const char* key : {"low", "high"}) {
+      if (j.contains(key) && !(j[key].is_array() && j[key].empty()))
+        return Status::InvalidArgument(
+            fmt::format("{}.{}: expected [] for a multi_discrete space, got {}", where, key, j[key].dump()));
+    }
+    *out = Space::MultiDiscrete(std::move(nvec));
+    return Status::Ok();
+  }
+  if (kind != "box")
+    return Status::InvalidArgument(fmt::format(
+        "{}.kind: expected \"discrete\", \"multi_discrete\" or \"box\", got \"{}\"", where, kind));
+  if (j.contains("nvec"))
+    return Status::InvalidArgument(fmt::format("{}.nvec: only a multi_discrete space has one", where));
+  if (!j.contains("shape") || !j["shape"].is_array())
+    return Status::InvalidArgument(fmt::format("{}.shape: expected an array of positive integers", where));
+  std::vector<int64_t> shape;
+  for (const json& d : j["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
+      return Status::InvalidArgument(
+          fmt::format("{}.shape: expected an array of positive integers, got {}", where, j["shape"].dump()));
+    shape.push_back(d.get<int64_t>());
+  }
+  if (j.contains("n") && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 0))
+    return Status::InvalidArgument(fmt::format("{}.n: expected 0 for a box space, got {}", where, j["n"].dump()));
+  std::vector<float> low, high;
+  if (!j.contains("low")) return Status::InvalidArgument(fmt::format("{}.low: missing (a box needs bounds)", where));
+  if (!j.contains("high")) return Status::InvalidArgument(fmt::format("{}.high: missing (a box needs bounds)", where));
+  if (auto s = ParseBounds(j["low"], where + ".low", &low); !s.ok()) return s;
+  if (auto s = ParseBounds(j["high"], where + ".high", &high); !s.ok()) return s;
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (static_cast<int64_t>(low.size()) != numel || static_cast<int64_t>(high.size()) != numel)
+    return Status::InvalidArgument(fmt::format("{}: low and high need {} entries each (shape [{}]), got {} and {}",
+                                               where, numel, fmt::join(shape, ", "), low.size(), high.size()));
+  *out = Space::Box(std::move(shape), std::move(low), std::move(high));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden,
+                           const PolicyOptions& options) {
+  ordered_json j;
+  j["observation"] = SpaceJson(obs);
+  j["action"] = SpaceJson(action);
+  j["hidden_sizes"] = hidden;
+  j["encoder"] = EncoderName(options.encoder);
+  j["global_state"] = options.global_state ? SpaceJson(*options.global_state) : ordered_json(nullptr);
+  if (options.sde) j["sde"] = true;  // written only when set: older readers refuse an unknown key
+  return j.dump(2) + "\n";
+}
+
+Status ParsePolicySpecJson(const std::string& text, const std::string& source, Space* obs, Space* action,
+                           std::vector<int>* hidden, PolicyOptions* options) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return Status::InvalidArgument(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  if (!j.is_object())
+    return Status::InvalidArgument(
+        fmt::format("{}: expected an object with observation, action and hidden_sizes", source));
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    if (key != "observation" && key != "action" && key != "hidden_sizes" && key != "encoder" &&
+        key != "global_state" && key != "sde")
+      return Status::InvalidArgument(fmt::format(
+          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state, sde)", source,
+          key));
+  }
+  for (const char* key : {"observation", "action", "hidden_sizes"}) {
+    if (!j.contains(key)) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", source, key));
+  }
+  if (auto s = ParseSpace(j["observation"], source + ": observation", obs); !s.ok()) return s;
+  if (!obs->is_box())
+    return Status::InvalidArgument(fmt::format("{}: observation: expected a box, got {}", source, obs->ToString()));
+  if (auto s = ParseSpace(j["action"], source + ": action", action); !s.ok()) return s;
+  const json& h = j["hidden_sizes"];
+  if (!h.is_array())
+    return Status::InvalidArgument(
+        fmt::format("{}: hidden_sizes: expected an array of positive integers, got {}", source, h.dump()));
+  hidden->clear();
+  for (const json& w : h) {
+    if (!w.is_number_integer() || w.get<int64_t>() <= 0 || w.get<int64_t>() > std::numeric_limits<int>::max())
+      return Status::InvalidArgument(
+          fmt::format("{}: hidden_sizes: expected an array of positive integers, got {}", source, h.dump()));
+    hidden->push_back(static_cast<int>(w.get<int64_t>()));
+  }
+  // Absent in files written before encoders and global states: the MLP on the observation.
+  PolicyOptions parsed;
+  if (j.contains("encoder")) {
+    if (!j["encoder"].is_string())
+      return Status::InvalidArgument(
+          fmt::format("{}: encoder: expected \"mlp\" or \"cnn\", got {}", source, j["encoder"].dump()));
+    if (auto s = ParseEncoder(j["encoder"].get<std::string>(), &parsed.encoder); !s.ok())
+      return Status::InvalidArgument(source + ": " + s.message());
+  }
+  if (j.contains("global_state") && !j["global_state"].is_null()) {
+    Space state;
+    if (auto s = ParseSpace(j["global_state"], source + ": global_state", &state); !s.ok()) return s;
+    if (!state.is_box())
+      return Status::InvalidArgument(fmt::format("{}: global_state: expected a box, got {}", source, state.ToString()));
+    parsed.global_state = std::move(state);
+  }
+  if (j.contains("sde")) {
+    if (!j["sde"].is_boolean())
+      return Status::InvalidArgument(fmt::format("{}: sde: expected true or false, got {}", source, j["sde"].dump()));
+    parsed.sde = j["sde"].get<bool>();
+    if (parsed.sde && !action->is_box())
+      return Status::InvalidArgument(
+          fmt::format("{}: sde: state-dependent exploration needs a box action, got {}", source, action->ToString()));
+  }
+  if (options) {
+    *options = std::move(parsed);
+  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the policy has encoder {} and {}{}; this caller can only rebuild an mlp policy without a global state or "
+        "sde",
+        source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state",
+        parsed.sde ? ", with sde" : ""));
+  }
+  return Status::Ok();
+}
+
+}  // namespace farm

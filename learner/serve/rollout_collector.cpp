@@ -1,0 +1,18 @@
+// The store and the parked requests.
+#include "learner/serve/rollout_collector.h"
+
+#include <algorithm>
+
+namespace farm {
+
+void RolloutCollector::CreateStore(int64_t obs_numel, const Space& action, int64_t state_numel, int agents_per_env) {
+  store_ = std::make_unique<TrajectoryStore>(config_.ppo.rollout_length, obs_numel, action, state_numel,
+                                             agents_per_env);
+}
+
+void RolloutCollector::DropParked(const std::string& identity) {
+  parked_.erase(std::remove_if(parked_.begin(), parked_.end(), [&](const Work& w) { return w.identity == identity; }),
+                parked_.end());
+}
+
+}  // namespace farm

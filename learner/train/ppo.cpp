@@ -1,0 +1,409 @@
+// PPO as CleanRL's ppo.py does it: GAE, per-epoch shuffled minibatches, clipped surrogate and value loss,
+// entropy bonus, global grad-norm clip, linear LR annealing, optional target-KL early stop.
+#include "learner/train/ppo.h"
+
+#include "learner/model/cuda_graph.h"
+#include "learner/train/ppo_fused.h"
+#include "learner/train/ppo_graph.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace farm {
+namespace {
+
+constexpr double kAdamEps = 1e-5;
+
+// Minibatch statistics accumulated as one tensor (one op per minibatch, one host sync per update).
+enum StatIndex : int64_t { kPolicyLoss, kValueLoss, kEntropy, kApproxKl, kOldApproxKl, kClipFraction, kNumStats };
+
+void CheckShape(const torch::Tensor& t, torch::IntArrayRef expected, const char* what) {
+  if (!t.defined()) throw std::invalid_argument(std::string(what) + " is undefined");
+  if (t.sizes() != expected) {
+    throw std::invalid_argument(std::string(what) + " has shape " + c10::str(t.sizes()) + ", expected " +
+                                c10::str(expected));
+  }
+}
+
+// The loss statistics from their per-minibatch means (float64 [kNumStats], any device): one host sync.
+void SetMeans(const torch::Tensor& means, PpoStats* stats) {
+  const torch::Tensor host = means.cpu();
+  const double* m = host.data_ptr<double>();
+  stats->policy_loss = m[kPolicyLoss];
+  stats->value_loss = m[kValueLoss];
+  stats->entropy = m[kEntropy];
+  stats->approx_kl = m[kApproxKl];
+  stats->old_approx_kl = m[kOldApproxKl];
+  stats->clip_fraction = m[kClipFraction];
+}
+
+// 1 - Var(y - pred) / Var(y) (population variances); NaN when Var(y) == 0, where it is undefined.
+double ExplainedVariance(const torch::Tensor& pred, const torch::Tensor& y) {
+  const double var_y = y.var(/*unbiased=*/false).item<double>();
+  if (var_y == 0) return std::numeric_limits<double>::quiet_NaN();
+  return 1.0 - (y - pred).var(/*unbiased=*/false).item<double>() / var_y;
+}
+
+}  // namespace
+
+Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
+                      const torch::Tensor& last_value, double gamma, double lambda) {
+  if (!rewards.defined() || rewards.dim() != 2) throw std::invalid_argument("ComputeGae: rewards must be [T, N]");
+  const int64_t steps = rewards.size(0);
+  const int64_t envs = rewards.size(1);
+  CheckShape(values, rewards.sizes(), "ComputeGae: values");
+  CheckShape(dones, rewards.sizes(), "ComputeGae: dones");
+  CheckShape(last_value, {envs}, "ComputeGae: last_value");
+
+  // The recursion is sequential in T and tiny per step, so a scalar loop on the host beats T rounds of
+  // [N]-sized tensor ops; float arithmetic, as the reference does it in float32 tensors.
+  torch::NoGradGuard no_grad;
+  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).contiguous(); };
+  const torch::Tensor r = host(rewards), v = host(values), d = host(dones), last = host(last_value);
+  torch::Tensor adv = torch::empty({steps, envs}, torch::kFloat32);
+  const float* rp = r.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const float* dp = d.data_ptr<float>();
+  const float* lp = last.data_ptr<float>();
+  float* ap = adv.data_ptr<float>();
+  const auto g = static_cast<float>(gamma);
+  const auto gl = static_cast<float>(gamma * lambda);
+  for (int64_t n = 0; n < envs; ++n) {
+    float next_value = lp[n];
+    float next_adv = 0;
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const int64_t i = t * envs + n;
+      const float not_done = 1.0f - dp[i];
+      const float delta = rp[i] + g * next_value * not_done - vp[i];
+      next_adv = delta + gl * not_done * next_adv;
+      ap[i] = next_adv;
+      next_value = vp[i];
+    }
+  }
+  Advantages out;
+  out.advantages = adv.to(rewards.device());
+  out.returns = out.advantages + values.detach().to(torch::kFloat32);
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> PpoStats::Items() const {
+  return {
+      {"policy_loss", policy_loss},
+      {"value_loss", value_loss},
+      {"entropy", entropy},
+      {"approx_kl", approx_kl},
+      {"old_approx_kl", old_approx_kl},
+      {"clip_fraction", clip_fraction},
+      {"explained_variance", explained_variance},
+      {"learning_rate", learning_rate},
+      {"grad_norm", grad_norm},
+      {"loss_scale", loss_scale},
+      {"skipped_steps", static_cast<double>(skipped_steps)},
+      {"epochs", static_cast<double>(epochs)},
+      {"samples", static_cast<double>(samples)},
+  };
+}
+
+PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
+                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config) {
+  // Every input is [B]: a stray [B, 1] would broadcast to [B, B] and silently train on nonsense.
+  if (!eval.logp.defined() || eval.logp.dim() != 1) throw std::invalid_argument("ComputePpoLoss: logp must be [B]");
+  const auto batch = eval.logp.sizes();
+  CheckShape(eval.entropy, batch, "ComputePpoLoss: entropy");
+  CheckShape(eval.value, batch, "ComputePpoLoss: value");
+  CheckShape(old_logp, batch, "ComputePpoLoss: old_logp");
+  CheckShape(old_values, batch, "ComputePpoLoss: old_values");
+  CheckShape(advantages, batch, "ComputePpoLoss: advantages");
+  CheckShape(returns, batch, "ComputePpoLoss: returns");
+
+  const double clip = config.clip_coef;
+  PpoLoss loss;
+  const torch::Tensor log_ratio = eval.logp - old_logp;
+  const torch::Tensor ratio = log_ratio.exp();
+  {
+    torch::NoGradGuard no_grad;
+    loss.old_approx_kl = (-log_ratio).mean();
+    loss.approx_kl = ((ratio - 1) - log_ratio).mean();
+    loss.clip_fraction = ((ratio - 1).abs() > clip).to(torch::kFloat32).mean();
+  }
+
+  torch::Tensor adv = advantages;
+  if (config.norm_adv) {
+    // The unbiased std of one sample is NaN; a one-sample minibatch is only centred.
+    adv = adv.numel() > 1 ? (adv - adv.mean()) / (adv.std() + kAdvantageEps) : adv - adv.mean();
+  }
+  const torch::Tensor pg_unclipped = -adv * ratio;
+  const torch::Tensor pg_clipped = -adv * torch::clamp(ratio, 1 - clip, 1 + clip);
+  loss.policy_loss = torch::max(pg_unclipped, pg_clipped).mean();
+
+  const torch::Tensor v_unclipped = (eval.value - returns).square();
+  if (config.clip_vloss) {
+    const torch::Tensor v_clipped = old_values + torch::clamp(eval.value - old_values, -clip, clip);
+    loss.value_loss = 0.5 * torch::max(v_unclipped, (v_clipped - returns).square()).mean();
+  } else {
+    loss.value_loss = 0.5 * v_unclipped.mean();
+  }
+  loss.entropy = eval.entropy.mean();
+  loss.total = loss.policy_loss - config.ent_coef * loss.entropy + config.vf_coef * loss.value_loss;
+  return loss;
+}
+
+namespace {
+
+torch::Device PolicyDevice(const ActorCritic& policy) {
+  const std::vector<torch::Tensor> params = policy->parameters();
+  if (params.empty()) throw std::invalid_argument("PpoTrainer: the policy has no parameters");
+  return params.front().device();
+}
+
+LossScaler::Options ScalerOptions(Precision precision) {
+  LossScaler::Options options;
+  options.enabled = precision == Precision::kFp16;  // bf16 has fp32's exponent range: no scaling needed
+  return options;
+}
+
+}  // namespace
+
+PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision)
+    : policy_(std::move(policy)),
+      config_(config),
+      precision_(precision),
+      device_(PolicyDevice(policy_)),
+      optimizer_(std::make_unique<torch::optim::Adam>(policy_->parameters(),
+                                                      torch::optim::AdamOptions(config.lr).eps(kAdamEps))),
+      scaler_(ScalerOptions(precision)),
+      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+  if (auto s = CheckPrecision(precision_, device_); !s.ok()) throw std::invalid_argument("PpoTrainer: " + s.message());
+  const std::string& mode = config_.fused_update;
+  if (mode != "auto" && mode != "on" && mode != "off")
+    throw std::invalid_argument("PpoTrainer: ppo.fused_update must be auto, on or off, got '" + mode + "'");
+  if (mode != "off") {
+    // The fused update knows only the MLPs on the observation: not a critic on a global state, not the cnn.
+    Status s = policy_->has_global_state()
+                   ? Status::InvalidArgument(
+                         "the fused update has no centralised critic (the policy has a global state)")
+               : policy_->encoder() != Encoder::kMlp
+                   ? Status::InvalidArgument("the fused update has no cnn encoder (ppo.encoder is cnn)")
+                   : CheckFusedUpdate(*policy_, precision_);
+    if (s.ok()) {
+      fused_ = std::make_unique<FusedPpoUpdate>(policy_, config_);
+    } else if (mode == "on") {
+      throw std::invalid_argument("PpoTrainer: ppo.fused_update is on, but " + s.message() +
+                                  " (set ppo.fused_update to auto to fall back to the LibTorch update)");
+    }
+  }
+  const std::string& graph = config_.graph_update;
+  if (graph != "auto" && graph != "on" && graph != "off")
+    throw std::invalid_argument("PpoTrainer: ppo.graph_update must be auto, on or off, got '" + graph + "'");
+  if (!fused_ && graph != "off") {
+    const Status s = GraphedPpoStep::Check(precision_, *optimizer_);
+    if (graph == "on" && !s.ok())
+      throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but " + s.message() +
+                                  " (set ppo.graph_update to auto or off)");
+    use_graph_ = s.ok() && (graph == "on" || device_.is_cuda());
+  }
+}
+
+int PpoTrainer::graph_captures() const { return graphed_ ? graphed_->captures() : 0; }
+
+PpoTrainer::~PpoTrainer() = default;
+
+PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
+                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
+  // The rows of the units (the units themselves when k is 1); a state per unit, from its first row.
+  const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
+  AutocastGuard autocast(rows.obs.device(), precision);
+  const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx) : torch::Tensor();
+  EvalOutput eval = policy.Evaluate(rows.obs.index_select(0, idx), states, rows.actions.index_select(0, idx));
+  eval.logp = eval.logp.to(torch::kFloat32);
+  eval.value = eval.value.to(torch::kFloat32);
+  eval.entropy = eval.entropy.to(torch::kFloat32);
+  return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
+                        rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config);
+}
+
+torch::Tensor LossStats(const PpoLoss& loss) {
+  return torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(), loss.approx_kl,
+                       loss.old_approx_kl, loss.clip_fraction})
+      .to(torch::kFloat64);
+}
+
+torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    norms.push_back(p.grad().norm(2).to(torch::kFloat32));
+  }
+  if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
+  const torch::Tensor total = torch::stack(norms).norm(2);
+  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(coef);
+  return total.to(torch::kFloat64);
+}
+
+PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel) {
+  if (!rollout.rewards.defined() || rollout.rewards.dim() != 2) {
+    throw std::invalid_argument("PpoTrainer::Update: rewards must be [T, N]");
+  }
+  const int64_t steps = rollout.rewards.size(0);
+  const int64_t envs = rollout.rewards.size(1);
+  const int64_t batch = steps * envs;
+  if (batch == 0) throw std::invalid_argument("PpoTrainer::Update: empty rollout");
+  if (!rollout.obs.defined() || rollout.obs.dim() < 2 || rollout.obs.size(0) != steps || rollout.obs.size(1) != envs) {
+    throw std::invalid_argument("PpoTrainer::Update: obs must be [T, N, obs...] with T=" + std::to_string(steps) +
+                                ", N=" + std::to_string(envs));
+  }
+  if (!rollout.actions.defined() || rollout.actions.dim() < 2 || rollout.actions.size(0) != steps ||
+      rollout.actions.size(1) != envs) {
+    throw std::invalid_argument("PpoTrainer::Update: actions must be [T, N] or [T, N, A]");
+  }
+  CheckShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
+  // k rows per state: sample whole runs of k rows (units), so that each minibatch's critic sees each state once.
+  const int64_t k = rollout.states.defined() ? rollout.rows_per_state : 1;
+  if (k < 1 || envs % k != 0)
+    throw std::invalid_argument("PpoTrainer::Update: rows_per_state " + std::to_string(k) + " must divide N=" +
+                                std::to_string(envs));
+  if (policy_->has_global_state() != rollout.states.defined() ||
+      (rollout.states.defined() &&
+       (rollout.states.dim() < 2 || rollout.states.size(0) != steps || rollout.states.size(1) != envs / k))) {
+    throw std::invalid_argument(policy_->has_global_state()
+                                    ? "PpoTrainer::Update: the critic takes a global state: states must be [T, N / "
+                                      "rows_per_state, state...] with T=" + std::to_string(steps) + ", N=" +
+                                      std::to_string(envs) + ", rows_per_state=" + std::to_string(k)
+                                    : "PpoTrainer::Update: states given, but the policy has no global state");
+  }
+  const int64_t units = batch / k;
+
+  std::vector<torch::Tensor> params = policy_->parameters();
+  const torch::Device device = params.front().device();
+
+  PpoStats stats;
+  stats.samples = batch;
+  stats.learning_rate = config_.anneal_lr ? config_.lr * (1.0 - std::clamp(progress, 0.0, 1.0)) : config_.lr;
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
+  }
+
+  const Advantages gae = ComputeGae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
+                                    config_.gamma, config_.gae_lambda);
+  // Flatten T x N into one batch; detach so that the rollout never enters the graph.
+  const auto flat = [&](const torch::Tensor& t) { return t.detach().flatten(0, 1).to(device); };
+  const torch::Tensor b_obs = flat(rollout.obs);
+  const torch::Tensor b_states = rollout.states.defined() ? flat(rollout.states) : torch::Tensor();
+  const torch::Tensor b_actions = flat(rollout.actions);
+  const torch::Tensor b_logp = flat(rollout.logp).to(torch::kFloat32);
+  const torch::Tensor b_values = flat(rollout.values).to(torch::kFloat32);
+  const torch::Tensor b_advantages = flat(gae.advantages);
+  const torch::Tensor b_returns = flat(gae.returns);
+  const PpoRows rows{b_obs, b_states, b_actions, b_logp, b_values, b_advantages, b_returns};
+
+  if (fused_) {  // never with states (see the constructor)
+    fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
+                &stats, cancel);
+    stats.loss_scale = scaler_.scale();
+    stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    return stats;
+  }
+
+  // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
+  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, units);
+  // A minibatch's permutation of units: on CUDA drawn on the device (LibTorch's default CUDA generator,
+  // seeded by torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch.
+  const auto permutation = [&] {
+    if (!device.is_cuda()) return torch::randperm(units, generator_, torch::kLong);
+    const auto generator_lock = LockCudaGenerator(device);  // the inference thread may be capturing
+    return torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device));
+  };
+
+  // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
+  if (use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
+    if (!graphed_)
+      graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
+    const int64_t per_minibatch = units / num_minibatches;
+    graphed_->Begin(rows, k, per_minibatch, stats.learning_rate);
+    for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
+      const torch::Tensor perm = permutation();
+      for (int64_t mb = 0; mb < num_minibatches; ++mb) {
+        graphed_->Step(perm.slice(0, mb * per_minibatch, (mb + 1) * per_minibatch));
+        if (cancel && cancel->load(std::memory_order_relaxed)) {
+          stats.cancelled = true;
+          break;
+        }
+      }
+      ++stats.epochs;
+      if (stats.cancelled) break;
+      if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
+    }
+    const GraphedPpoStep::Sums sums = graphed_->End();
+    SetMeans(sums.stats / static_cast<double>(sums.steps), &stats);
+    stats.grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
+    stats.loss_scale = scaler_.scale();
+    stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    ++graphed_updates_;
+    return stats;
+  }
+
+  torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  const torch::Tensor arange_k = torch::arange(k, torch::TensorOptions().dtype(torch::kLong).device(device));
+  double grad_norm_sum = 0;
+  // On CUDA the grad norms add up on the device (no sync per minibatch); read once at the end.
+  torch::Tensor grad_norm_device = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  int64_t minibatches_run = 0;
+  int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
+  for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
+    const torch::Tensor perm = permutation();
+    torch::Tensor last_approx_kl;
+    for (int64_t mb = 0; mb < num_minibatches; ++mb) {
+      const int64_t begin = mb * units / num_minibatches;
+      const int64_t end = (mb + 1) * units / num_minibatches;
+      const PpoLoss loss = MinibatchLoss(*policy_, rows, perm.slice(0, begin, end), k, arange_k, precision_, config_);
+      // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
+      optimizer_->zero_grad();
+      scaler_.Scale(loss.total).backward();
+      // Unscale before clipping so the clip sees the true gradient norm; an inf/NaN grad skips clip and step.
+      if (scaler_.Unscale(params)) {
+        if (device.is_cuda()) {
+          grad_norm_device += ClipGradNormOnDevice(params, config_.max_grad_norm);
+        } else {
+          grad_norm_sum += torch::nn::utils::clip_grad_norm_(params, config_.max_grad_norm);
+        }
+      }
+      if (scaler_.Step(*optimizer_)) {
+        ++steps_run;
+      } else {
+        ++stats.skipped_steps;
+      }
+      scaler_.Update();
+
+      stat_sums += LossStats(loss);
+      last_approx_kl = loss.approx_kl;
+      ++minibatches_run;
+      if (cancel && cancel->load(std::memory_order_relaxed)) {
+        stats.cancelled = true;
+        break;
+      }
+    }
+    ++stats.epochs;
+    if (stats.cancelled) break;
+    // As CleanRL: after each epoch, stop when the last minibatch's approx KL (measured just before its step,
+    // so with the policy updated by the rest of the epoch) exceeds the target.
+    if (config_.target_kl && last_approx_kl.item<double>() > *config_.target_kl) break;
+  }
+
+  if (device.is_cuda()) grad_norm_sum += grad_norm_device.item<double>();
+  SetMeans(stat_sums / static_cast<double>(minibatches_run), &stats);
+  stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
+  stats.loss_scale = scaler_.scale();
+  stats.explained_variance = ExplainedVariance(b_values, b_returns);
+  return stats;
+}
+
+}  // namespace farm

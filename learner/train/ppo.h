@@ -1,0 +1,166 @@
+// PPO update (clipped surrogate, clipped value loss, entropy bonus, GAE) as
+// CleanRL's ppo.py does it. The update returns its statistics as data.
+//
+// Threading: a PpoTrainer is used by one thread at a time (its autocast regions are that thread's).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "learner/model/amp.h"
+#include "learner/model/policy.h"
+
+namespace farm {
+
+// Added to the standard deviation when advantages are normalised per minibatch (every update path).
+inline constexpr double kAdvantageEps = 1e-8;
+
+// One rollout, time-major: T steps of N envs.
+struct Rollout {
+  torch::Tensor obs;       // float [T, N, obs...]
+  // float [T, N / k, state...] with k = rows_per_state: the critic's global state, one per run of k rows
+  // (an env's agents); undefined without one.
+  torch::Tensor states;
+  // Rows n * k .. n * k + k - 1 share state n (the k agents of an env): the critic runs once per such run,
+  // and minibatches take whole runs. 1: every row on its own.
+  int64_t rows_per_state = 1;
+  torch::Tensor actions;   // int64 [T, N] (discrete), int64 [T, N, K] (multi-discrete) or float [T, N, A]
+  torch::Tensor logp;      // float [T, N] behaviour log-probs
+  torch::Tensor values;    // float [T, N] values at acting time
+  torch::Tensor rewards;   // float [T, N] (truncation bootstrap already added)
+  torch::Tensor dones;     // float [T, N] 1 when the episode ended at this step
+  torch::Tensor last_value;  // float [N] value of the observation after step T-1
+};
+
+struct Advantages {
+  torch::Tensor advantages;  // float [T, N]
+  torch::Tensor returns;     // float [T, N] advantages + values
+};
+
+// GAE(gamma, lambda): delta_t = r_t + gamma * V_{t+1} * (1 - done_t) - V_t,
+// A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}, V_T = last_value.
+Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
+                      const torch::Tensor& last_value, double gamma, double lambda);
+
+struct PpoStats {
+  double policy_loss = 0;
+  double value_loss = 0;
+  double entropy = 0;
+  double approx_kl = 0;
+  double old_approx_kl = 0;
+  double clip_fraction = 0;
+  double explained_variance = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;       // mean pre-clip norm over the minibatches whose optimizer step ran
+  double loss_scale = 1;      // the loss scaler's scale after the update (1 unless fp16)
+  int64_t skipped_steps = 0;  // optimizer steps skipped in this update for inf/NaN grads (fp16 only)
+  int epochs = 0;             // epochs begun (target_kl may stop early; a cancelled update counts its last)
+  int64_t samples = 0;
+  bool cancelled = false;     // cut short by Update's `cancel` (a stop request): fewer minibatch steps ran
+
+  std::vector<std::pair<std::string, double>> Items() const;
+};
+
+// The PPO loss terms for one minibatch (exposed for tests).
+struct PpoLoss {
+  torch::Tensor total;
+  torch::Tensor policy_loss;
+  torch::Tensor value_loss;
+  torch::Tensor entropy;
+  torch::Tensor approx_kl;      // mean((ratio - 1) - log ratio), no grad
+  torch::Tensor old_approx_kl;  // mean(-log ratio), no grad
+  torch::Tensor clip_fraction;  // mean(|ratio - 1| > clip), no grad
+};
+
+PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
+                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config);
+
+// One update's rollout flattened to rows, on the policy's device: the advantages and returns from GAE, the
+// states per unit (a run of k rows; undefined without a centralised critic).
+struct PpoRows {
+  torch::Tensor obs;
+  torch::Tensor states;
+  torch::Tensor actions;
+  torch::Tensor logp;
+  torch::Tensor values;
+  torch::Tensor advantages;
+  torch::Tensor returns;
+};
+
+// One minibatch's loss, as both LibTorch-path updates (PpoTrainer's and GraphedPpoStep's) compute it: the
+// minibatch is the units `unit_idx`, each `k` consecutive rows sharing one state (k = 1: rows on their own);
+// `arange_k` is torch::arange(k) on the device. The forward runs in `precision` (AutocastGuard) and its
+// outputs are cast to float32, so that the loss (exp of log-ratios, squares, means) is float32 whatever the
+// precision. No host synchronisation: a CUDA graph can record it.
+PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
+                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config);
+
+// A minibatch's statistics, float64 [6] in the order PpoStats lists them: policy loss, value loss, entropy,
+// approx KL, old approx KL, clip fraction.
+torch::Tensor LossStats(const PpoLoss& loss);
+
+// clip_grad_norm_ without its host synchronisation (LibTorch's returns the norm as a double, which waits
+// for the backward pass): the norm and the clip coefficient stay on the device, so the host can queue the
+// optimizer step and the next minibatch meanwhile. Same arithmetic: total = ||(||g_i||)_i||,
+// g *= min(max_norm / (total + 1e-6), 1). Returns the total norm (float64 scalar, on the grads' device).
+// PpoTrainer uses it on CUDA; on the CPU it keeps LibTorch's (nothing to overlap there).
+torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm);
+
+class FusedPpoUpdate;  // learner/train/ppo_fused.h
+class GraphedPpoStep;  // learner/train/ppo_graph.h
+
+class PpoTrainer {
+ public:
+  // `policy` must already be on its device. `precision`: fp32; bf16 (CPU or CUDA autocast); fp16 (CUDA
+  // autocast with dynamic loss scaling). Throws std::invalid_argument when CheckPrecision fails for the
+  // policy's device (e.g. fp16 on the CPU).
+  // config.fused_update picks the update's implementation: "auto" uses FusedPpoUpdate (ppo_fused.h) when
+  // CheckFusedUpdate passes (CPU, fp32, the ActorCritic MLP) and the LibTorch path otherwise; "on" requires
+  // it (std::invalid_argument saying why it cannot run); "off" always takes the LibTorch path. A policy with
+  // a global state (centralised critic) or the cnn encoder always takes the LibTorch path.
+  // config.graph_update picks the CUDA-graph step (ppo_graph.h) for the LibTorch path: "on" throws
+  // std::invalid_argument when GraphedPpoStep::Check fails; "auto" uses it on CUDA when Check passes.
+  PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision = Precision::kFp32);
+  ~PpoTrainer();
+
+  // One PPO update on `rollout`. `progress` in [0, 1] is the fraction of the
+  // run done before this update (drives linear LR annealing).
+  // Per minibatch: forward and loss under AutocastGuard (the loss in float32), backward of the scaled loss,
+  // unscale, grad-norm clip, optimizer step (skipped on inf/NaN grads), scale update.
+  // `cancel` (optional): when it becomes true the update stops after the minibatch step in progress (at least
+  // one runs), with stats.cancelled set; the parameters are those of the steps that ran.
+  PpoStats Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel = nullptr);
+
+  ActorCritic policy() const { return policy_; }
+  torch::optim::Adam& optimizer() { return *optimizer_; }
+  // Enabled only for fp16; its state belongs in checkpoints (SaveCheckpoint/LoadCheckpoint take it).
+  LossScaler& scaler() { return scaler_; }
+  // Minibatch shuffling; its state belongs in checkpoints (RunState, learner/run/checkpoint.h).
+  torch::Generator& generator() { return generator_; }
+  Precision precision() const { return precision_; }
+  // Whether Update runs the fused CPU path.
+  bool fused() const { return fused_ != nullptr; }
+  // Updates run by the graphed step (GraphedPpoStep), and graphs it captured.
+  int64_t graphed_updates() const { return graphed_updates_; }
+  int graph_captures() const;
+
+ private:
+  ActorCritic policy_;
+  PpoConfig config_;
+  Precision precision_;
+  torch::Device device_;
+  std::unique_ptr<torch::optim::Adam> optimizer_;
+  LossScaler scaler_;
+  torch::Generator generator_;  // minibatch shuffling
+  std::unique_ptr<FusedPpoUpdate> fused_;  // set when the fused path is used
+  bool use_graph_ = false;                 // graph_update chosen (built on the first update that can use it)
+  std::unique_ptr<GraphedPpoStep> graphed_;
+  int64_t graphed_updates_ = 0;
+};
+
+}  // namespace farm
