@@ -79,10 +79,12 @@ arch="$(dpkg --print-architecture)"
 # Needs nothing from trixie: it runs while the packages download.
 cpu_build() {
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    # FARM_UNITY_BATCH=1: one compile command per source file in compile_commands.json (a unity build lists its
+    # generated units instead, and the check compiles and names each file).
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFARM_BUILD_TESTS=ON -DFARM_BUILD_LEARNER=ON \
-          -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+          -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DFARM_UNITY_BATCH=1
   else
-    cmake "$BUILD"
+    cmake -DFARM_UNITY_BATCH=1 "$BUILD"
   fi
   cmake --build "$BUILD" -j "$JOBS" --target farm_common farm_proto
 }
