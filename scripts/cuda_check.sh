@@ -222,7 +222,7 @@ if [ -s "$OUT/failed.txt" ] || [ "$compile_status" -ne 0 ]; then
   while read -r rel; do
     n="$(awk -F'\t' -v r="$rel" '$2 == r { print $1 }' "$OUT/jobs.txt")"
     echo "  $rel:"
-    grep -E ': (fatal )?error:' "$OUT/logs/$n.log" | head -5 | sed 's/^/    /'
+    grep -m 5 -E ': (fatal )?error:' "$OUT/logs/$n.log" | sed 's/^/    /'
   done < "$OUT/failed.txt"
   exit 1
 fi

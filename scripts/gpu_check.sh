@@ -69,8 +69,8 @@ say "machine"
 nvidia-smi -L || true
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI, "gpus", torch.cuda.device_count())'
-g++ --version | head -1; cmake --version | head -1; nproc; command -v nvcc && nvcc --version | tail -1
-cat /etc/os-release 2>/dev/null | head -2
+g++ --version | sed -n 1p; cmake --version | sed -n 1p; nproc; command -v nvcc && nvcc --version | tail -1
+sed -n 1,2p /etc/os-release 2>/dev/null
 
 say "dependencies from $DEBS"
 mkdir -p "$PREFIX"
@@ -83,7 +83,7 @@ for lib in "$PREFIX"/fallback/usr/lib/x86_64-linux-gnu/*.so.* "$PREFIX"/fallback
   [ -L "$lib" ] || continue
   name="$(basename "$lib")"
   # Only a library the system lacks: a Debian 12 copy must not shadow a newer system one.
-  if ! ldconfig -p | grep -q "^[[:space:]]*$name " && [ ! -e "$libdir/$name" ]; then
+  if ! ldconfig -p | grep "^[[:space:]]*$name " > /dev/null && [ ! -e "$libdir/$name" ]; then
     ln -s "$(readlink -f "$lib")" "$libdir/$name"; echo "fallback $name"
   fi
 done
@@ -110,7 +110,7 @@ cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed" >"$D/configure.txt" 2>&1
 rc=$?
-grep -E "FARM_WITH_CUDA|CUDA|Torch|Error|error" "$D/configure.txt" | head -30
+grep -m 30 -E "FARM_WITH_CUDA|CUDA|Torch|Error|error" "$D/configure.txt"
 [ $rc -eq 0 ] || { fig "FAIL configure (rc $rc)"; tail -40 "$D/configure.txt"; exit 1; }
 
 # The before column's source, built beside this one (learner and worker only), in the background.
@@ -130,7 +130,7 @@ say "build: $(echo $TARGETS | wc -w) targets"
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >"$D/build.txt" 2>&1
 rc=$?
-grep -E "error|Error" "$D/build.txt" | head -40
+grep -m 40 -E "error|Error" "$D/build.txt"
 fig "build rc $rc in $(($(date +%s) - START)) s"
 # The binaries (not the objects), for a second call that skips the build (FARM_GPU_BIN).
 (cd "$BUILD" && tar czf "$OUT/gpu-bin.tgz" learner/farm-learner worker/farm-worker bench/farm-bench \
@@ -146,7 +146,7 @@ for t in "$BUILD"/tests/*_test; do [ -x "$t" ] && TESTS+=("$(basename "$t")"); d
 if [ -n "$before_pid" ]; then
   wait "$before_pid"; rc=$?
   fig "build before rc $rc in $(($(date +%s) - START)) s"
-  [ $rc -eq 0 ] || grep -E "error" "$D/build_before.txt" | head -20
+  [ $rc -eq 0 ] || grep -m 20 -E "error" "$D/build_before.txt"
 fi
 
 # The multi-agent map workload on the GPU: uav_coverage, cnn encoder, 16 and 64 workers, sync and async.
@@ -259,7 +259,7 @@ if [[ "$STEPS" == *" seeds "* ]]; then
   if [ -x "$BUILD/tests/cuda_graph_test" ]; then
     timeout 90 "$BUILD/tests/cuda_graph_test" >"$D/test_cuda_graph_first.txt" 2>&1
     fig "test cuda_graph_test (before the runs): rc $? $(grep -E 'test cases|All tests passed' "$D/test_cuda_graph_first.txt" | tail -1)"
-    grep -B2 -A12 -E "FAILED|failed" "$D/test_cuda_graph_first.txt" | head -40
+    grep -B2 -A12 -E "FAILED|failed" "$D/test_cuda_graph_first.txt" | sed -n 1,40p
   fi
   i=0
   for spec in ${FARM_GPU_SEEDS_RUNS:-$SEEDS_DEFAULT}; do
@@ -312,7 +312,7 @@ if enough 60 tests; then
   for t in "${!tpid[@]}"; do
     wait "${tpid[$t]}"; rc=$?
     fig "test $t: rc $rc $(grep -E 'test cases|All tests passed' "$D/test_$t.txt" | tail -1)"
-    [ $rc -eq 0 ] || grep -B2 -A12 -E "FAILED|failed" "$D/test_$t.txt" | head -60
+    [ $rc -eq 0 ] || grep -B2 -A12 -E "FAILED|failed" "$D/test_$t.txt" | sed -n 1,60p
   done
   grep -h "skipped" "$D"/test_*.txt | sort | uniq -c
 fi

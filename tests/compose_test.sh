@@ -82,10 +82,10 @@ all_exited() {
   done
 }
 # run_dir: the one run directory under $runs (the learner names it runs/<env>-<time>).
-run_dir() { find "$runs" -mindepth 1 -maxdepth 1 -type d | head -1; }
+run_dir() { find "$runs" -mindepth 1 -maxdepth 1 -type d -print -quit; }
 check_owner() {
   local other
-  other=$(find "$runs" -mindepth 1 \( ! -uid "$uid" -o ! -gid "$gid" \) -printf '%u:%g %p\n' | head -5)
+  other=$(find "$runs" -mindepth 1 \( ! -uid "$uid" -o ! -gid "$gid" \) -printf '%u:%g %p\n' | sed -n 1,5p)
   [ -z "$other" ] || fail "run files not owned by $uid:$gid: $other"
 }
 
@@ -106,7 +106,7 @@ print(f"ok: up --scale worker=2: {s['env_steps']} env steps, mean return {s['mea
       f"{s['workers_joined']} workers, {s['wall_seconds']:.1f} s")
 PY
 check_owner
-compose logs learner 2> /dev/null | grep -q "worker .* joined" || fail "the learner's log does not say who joined"
+compose logs learner 2> /dev/null | grep "worker .* joined" > /dev/null || fail "the learner's log does not say who joined"
 echo "ok: every file under runs/ belongs to $uid:$gid; run and containers done in $(elapsed $t0) s"
 compose down -t 5 > /dev/null 2>&1
 rm -rf "${run:?}"

@@ -32,7 +32,7 @@ expect_refused() {
   [ "$rc" -eq 1 ] || { cat "$tmp/$name.log"; fail "$name: expected exit status 1, got $rc"; }
   grep -qF -- "$pattern" "$tmp/$name.log" || { cat "$tmp/$name.log"; fail "$name: no '$pattern' in its output"; }
   [ "$ms" -lt 10000 ] || fail "$name: took $ms ms to give up (expected well under worker_give_up_s = 20 s)"
-  echo "ok: $name turned away in $ms ms: $(grep -F -- "$pattern" "$tmp/$name.log" | head -1)"
+  echo "ok: $name turned away in $ms ms: $(grep -m 1 -F -- "$pattern" "$tmp/$name.log")"
 }
 
 # 1. Keys.
@@ -84,7 +84,7 @@ FARM_PYTHON_PATH="$build_dir/python" PYTHONPATH="$root/worker/python" timeout 20
   --env-module "$root/tests/python/cue_env.py:make" --index 12 --give-up-s 20 > "$tmp/closing-py.log" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && grep -qF "closed the connection during the ZeroMQ handshake 3 times in a row: it requires CURVE" \
   "$tmp/closing-py.log" || { cat "$tmp/closing-py.log"; fail "closing-py: expected status 1 and the closed-handshake message"; }
-echo "ok: the Python worker: $(grep -F "closed the connection" "$tmp/closing-py.log" | head -1)"
+echo "ok: the Python worker: $(grep -m 1 -F "closed the connection" "$tmp/closing-py.log")"
 endpoint="$saved_endpoint"
 
 # 4. The listed worker trains to the end of the run.

@@ -12,7 +12,7 @@ farm=$!
 pids+=("$farm")  # on exit, TERM: the launcher stops its learner and workers
 # Kill a worker once training is under way (a few updates in), and before the run is solved.
 wait_until 60 has_rows "$tmp/run/metrics.jsonl" 5 || { cat "$tmp/log"; fail "training did not get under way"; }
-victim="$(pgrep -P "$farm" -f "farm-worker.*--index 0" | head -1)"
+victim="$(pgrep -P "$farm" -f "farm-worker.*--index 0" | sed -n 1p)"
 [ -n "$victim" ] || { cat "$tmp/log"; fail "no worker to kill"; }
 ! grep -q "stopping:" "$tmp/log" || { cat "$tmp/log"; fail "the run ended before a worker could be killed"; }
 kill -9 "$victim"

@@ -49,7 +49,7 @@ grep -q "the run needs about .* MiB (store .*, update .*) but the memory budget 
 grep -q "memory budget is 1.0 MiB" "$tmp/w1.log" || { cat "$tmp/w1.log"; fail "the worker did not say why"; }
 [ ! -e "$tmp/run1/summary.json" ] || fail "a run that never started wrote a summary"
 [ -z "$(ls "$tmp/run1/checkpoints" 2>/dev/null)" ] || fail "a run that never started wrote a checkpoint"
-echo "ok: $(grep -o 'the run needs about.*' "$tmp/l1.log" | head -1)"
+echo "ok: $(grep -m 1 -o 'the run needs about.*' "$tmp/l1.log")"
 
 # --- 2. one worker fits, two do not ------------------------------------------------------------------
 # The first worker's estimate is in the log; a budget of 1.5 times it fits one worker's rows, not two.
@@ -102,7 +102,7 @@ wait "$worker" || true
 [ "$rc" -eq 1 ] || { cat "$tmp/l5.log"; fail "the learner under ulimit -v exited $rc, expected 1"; }
 grep -q "memory budget is .* MiB (RLIMIT_AS (ulimit -v) of" "$tmp/l5.log" ||
   { cat "$tmp/l5.log"; fail "the refusal does not name the limit"; }
-echo "ok: $(grep -o 'the run needs about.*' "$tmp/l5.log" | head -1)"
+echo "ok: $(grep -m 1 -o 'the run needs about.*' "$tmp/l5.log")"
 
 # --- 4. the check off: an allocation fails mid-run ------------------------------------------------
 endpoint="tcp://127.0.0.1:$(free_port)"
@@ -120,7 +120,7 @@ grep -Eq "can't allocate memory|out of memory" "$tmp/l6.log" || { cat "$tmp/l6.l
 ! grep -q "non-finite" "$tmp/l6.log" || { cat "$tmp/l6.log"; fail "an allocation failure was reported as a divergence"; }
 [ "$wrc" -eq 0 ] || { cat "$tmp/w6.log"; fail "the worker was not told to stop ($wrc)"; }
 grep -q "learner says stop" "$tmp/w6.log" || { cat "$tmp/w6.log"; fail "the worker did not hear Stop"; }
-echo "ok: $(grep -Eo "stopping: .*" "$tmp/l6.log" | head -1)"
+echo "ok: $(grep -m 1 -Eo "stopping: .*" "$tmp/l6.log")"
 
 # --- 5. a resume that no longer fits ------------------------------------------------------------------
 # The run of case 2 resumed with a budget it cannot fit: refused at the first Hello before anything is written,

@@ -37,7 +37,7 @@ assert callable(fw.PythonWorker) and fw.PROTOCOL_VERSION == 3
 print("ok: import farm_worker from", fw.__file__)
 PY
 ) || fail "the installed package does not import"
-"$tmp/venv/bin/farm-worker-py" --help | grep -q -- "--env-module" || fail "farm-worker-py --help"
+"$tmp/venv/bin/farm-worker-py" --help | grep -- "--env-module" > /dev/null || fail "farm-worker-py --help"
 
 # The installed command against a learner, from another directory, no FARM_PYTHON_PATH.
 "$build_dir/learner/farm-learner" --config "$root/configs/cartpole.yaml" --set run_dir="$tmp/run" \

@@ -36,7 +36,7 @@ stop_in_time() {
   echo "$name: stopped $took s after TERM (launcher status $rc)"
   python3 -c "import sys; sys.exit(0 if float('$took') <= 30 else 1)" || fail "$name: took $took s, more than 30 s"
   if pgrep -f -- "run_dir=$tmp/$name" > /dev/null; then
-    pgrep -af -- "run_dir=$tmp/$name" | head
+    pgrep -af -- "run_dir=$tmp/$name" | sed -n 1,10p
     fail "$name: processes of the run are left"
   fi
 }
