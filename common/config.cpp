@@ -305,6 +305,10 @@ Status ValidateConfig(const FarmConfig& c) {
         "env.num_envs ({}) must be a multiple of env.num_groups ({})", c.env.num_envs, c.env.num_groups));
   if (c.stop_at_target && !c.target_return)
     return Status::InvalidArgument("stop_at_target is true but target_return is not set");
+  if (c.learner.eval_episodes > 0 && c.learner.train)
+    return Status::InvalidArgument(fmt::format(
+        "learner.eval_episodes ({}) evaluates a served policy: it needs learner.train=false (farm-learner --serve)",
+        c.learner.eval_episodes));
   if (c.transport.heartbeat_timeout_s <= 2 * c.transport.heartbeat_interval_s)
     return Status::InvalidArgument(fmt::format(
         "transport.heartbeat_timeout_s ({}) must exceed twice transport.heartbeat_interval_s ({})",

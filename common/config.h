@@ -145,6 +145,10 @@ struct LearnerConfig {
   std::string init_from;           // a run directory: start from its latest policy (serving, fine-tuning)
   bool resume = false;             // continue run_dir from its latest checkpoint: policy, optimizer, counters
   bool deterministic = false;      // act with the mode (discrete, per component) or mean (box) instead of sampling
+  // Serving only (train false): evaluate, stopping once this many episodes have ended on the first worker's envs,
+  // spread evenly over them (learner/run/eval_episodes.h), each written to run_dir/episodes.jsonl; 0: off.
+  // farm-eval sets it for a Python env's run.
+  int eval_episodes = 0;
   // NaN or +-Inf in a request's obs, reward, final_obs or episode returns: reject = answer it with an Error
   // and record nothing; sanitize = replace each by 0, record and act, and warn (once per worker per 10 s).
   std::string non_finite = "reject";
@@ -170,6 +174,7 @@ struct LearnerConfig {
     v("init_from", init_from);
     v("resume", resume);
     v("deterministic", deterministic);
+    v("eval_episodes", eval_episodes, Rule::AtLeast(0));
     v("non_finite", non_finite, Rule::OneOf({"reject", "sanitize"}));
     v("threads", threads, Rule::AtLeast(1));
     v("checkpoint_every", checkpoint_every, Rule::AtLeast(0));

@@ -124,6 +124,9 @@ Status Learner::Impl::Init() {
   }
   if (auto s = RunDir::Open(config, &run_dir); !s.ok()) return s;
   if (auto s = reporting.metrics.Open(run_dir->file("metrics.jsonl")); !s.ok()) return s;
+  if (config.learner.eval_episodes > 0)
+    if (auto s = EvalEpisodes::Open(config.learner.eval_episodes, run_dir->file("episodes.jsonl"), &eval); !s.ok())
+      return s;
   if (auto s = TensorBoardWriter::Open(run_dir->file("tb"), &reporting.tensorboard); !s.ok()) return s;
   if (auto s = RouterLoop::Create(ctx, std::move(socket), config, &batcher, &liveness, &inference,
                                   [this](const std::string& why) { RequestStop(why); }, &router);
@@ -177,6 +180,9 @@ void Learner::Impl::CheckStop() {
   } else if (config.stop_at_target && stats.solved_at_steps) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached target_return ({})", *config.target_return);
+  } else if (eval && eval->done()) {
+    outcome.stopping = true;
+    outcome.stop_reason = fmt::format("evaluated learner.eval_episodes ({})", eval->episodes());
   } else if (config.max_wall_seconds > 0 && stats.ProcessWall() >= config.max_wall_seconds) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
@@ -228,6 +234,7 @@ nlohmann::json Learner::Impl::Summary() const {
   const int64_t agents = registry.has_run() ? registry.run().num_agents : 1;
   s["num_envs"] = collector.has_store() ? collector.store().num_rows() / agents : 0;
   s["stop_reason"] = outcome.stop_reason;
+  if (eval) s["eval_episodes_counted"] = eval->counted();
   s["device"] = device.str();
   s["precision"] = config.learner.precision;
   s["acting_precision"] = PrecisionName(acting_precision);

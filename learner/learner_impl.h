@@ -36,6 +36,7 @@
 #include "learner/serve/liveness.h"
 #include "learner/run/error_text.h"
 #include "learner/run/memory_budget.h"
+#include "learner/run/eval_episodes.h"
 #include "learner/run/metrics.h"
 #include "learner/serve/rollout_collector.h"
 #include "learner/serve/router_loop.h"
@@ -136,6 +137,7 @@ struct Learner::Impl {
   void OnStep(Work& w, std::vector<Work*>* steps);
   void OnTrainerDone(const TrainResult& r);
   void ConsumeOutcome(const WorkerState& ws, const wire::StepRequest& req);
+  void CountEvalEpisodes(const WorkerState& ws, const wire::StepRequest& req);
   void ServeSteps(std::vector<Work*>& steps);
   // `hold`: requests are held for an update (decided once per batch, before the forward's results).
   void RecordInputs(const std::vector<Work*>& steps, bool hold);
@@ -189,6 +191,7 @@ struct Learner::Impl {
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;
+  std::unique_ptr<EvalEpisodes> eval;  // learner.eval_episodes > 0: the evaluation's episodes
   std::optional<MemoryBudget> memory_budget;  // resolved at the first Hello (learner.memory_budget_mb)
   std::optional<MemoryBudget> gpu_budget;     // on CUDA: the device's free memory at the first Hello
   RunMemoryInputs memory_inputs;              // the run's sizes, from the first Hello

@@ -48,7 +48,10 @@ void Learner::Impl::OnHello(Work& w) {
   }
   std::vector<int> groups;
   for (uint32_t g = 0; g < hs.num_groups; ++g) groups.push_back(collector.store().AddGroup(static_cast<int>(hs.group_rows)));
-  registry.Add(w.identity, hs, std::move(groups));
+  const WorkerState& admitted = registry.Add(w.identity, hs, std::move(groups));
+  if (eval && eval->SetWorker(w.identity, admitted.group_envs * static_cast<int>(admitted.store_group.size())))
+    spdlog::info("evaluating {} episodes on the {} envs of {}", eval->episodes(),
+                 admitted.group_envs * static_cast<int>(admitted.store_group.size()), w.identity);
   liveness.Admit(w.identity, Clock::now());
   ++stats.workers_joined;
   if (IsRejoin(w.identity)) ++stats.rejoins;

@@ -66,6 +66,7 @@ void Learner::Impl::ConsumeOutcome(const WorkerState& ws, const wire::StepReques
   // Env steps, not agent rows: what users compare (agent_steps = env_steps x agents).
   stats.CountSteps(ws.group_envs);
   for (const auto& ep : req.episodes()) stats.window.Add(ep.episode_return(), ep.length());
+  if (eval && eval->counts(ws.identity) && req.episodes_size() > 0) CountEvalEpisodes(ws, req);
   if (!stats.solved_at_steps && config.target_return && stats.window.full() &&
       stats.window.mean_return() >= *config.target_return) {
     stats.solved_at_steps = stats.env_steps;
@@ -73,6 +74,24 @@ void Learner::Impl::ConsumeOutcome(const WorkerState& ws, const wire::StepReques
     stats.solved_at_unix = UnixNow();
     spdlog::info("target {} reached: mean return {:.1f} over 100 episodes at {} steps, {:.1f} s",
                  *config.target_return, stats.window.mean_return(), stats.env_steps, *stats.solved_at_seconds);
+  }
+}
+
+// The evaluation's episodes in this step: episodes() lists them in env order, one per env that ended (its
+// terminated or truncated flag, on each of its agent rows: read its first).
+void Learner::Impl::CountEvalEpisodes(const WorkerState& ws, const wire::StepRequest& req) {
+  const int agents = ws.group_envs > 0 ? ws.group_rows / ws.group_envs : 1;
+  const auto* terminated = reinterpret_cast<const uint8_t*>(req.terminated().data());
+  const auto* truncated = reinterpret_cast<const uint8_t*>(req.truncated().data());
+  int next = 0;
+  for (int e = 0; e < ws.group_envs && next < req.episodes_size(); ++e) {
+    if (!terminated[e * agents] && !truncated[e * agents]) continue;
+    const auto& ep = req.episodes(next++);
+    const int env = static_cast<int>(req.group()) * ws.group_envs + e;
+    if (auto s = eval->Add(env, ep.episode_return(), ep.length()); !s.ok()) {
+      FailServing("learner.eval_episodes: " + s.message());
+      return;
+    }
   }
 }
 

@@ -182,6 +182,13 @@ TEST_CASE("cross-key validation", "[config]") {
   FarmConfig d;
   REQUIRE(Parse("stop_at_target: true\n", &d).ok());
   CHECK_FALSE(farm::ValidateConfig(d).ok());
+  FarmConfig ev;
+  REQUIRE(Parse("learner:\n  eval_episodes: 20\n", &ev).ok());
+  auto eval_train = farm::ValidateConfig(ev);
+  REQUIRE_FALSE(eval_train.ok());
+  CHECK_THAT(eval_train.message(), Catch::Contains("learner.eval_episodes (20)") && Catch::Contains("learner.train=false"));
+  ev.learner.train = false;
+  CHECK(farm::ValidateConfig(ev).ok());
   FarmConfig e;
   REQUIRE(Parse("learner:\n  device: tpu\n", &e).ok());
   auto dev = farm::ValidateConfig(e);

@@ -1,7 +1,13 @@
 // RunStats: one list of items for every report, and a time split that adds up to the wall time.
 #include "learner/run_stats.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
 #include <thread>
+
+#include "learner/run/eval_episodes.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK
@@ -67,6 +73,50 @@ TEST_CASE("RunStats: metrics, TensorBoard, summary and status line come from one
   CHECK_THAT(line, Catch::Contains("steps        500"));
   CHECK_THAT(line, Catch::Contains("4 workers (1 lost, 2 rejoins)"));
   CHECK_THAT(line, Catch::Contains("return    12.5"));
+}
+
+TEST_CASE("EpisodeQuota spreads N episodes evenly over K envs, the first N%K one more", "[stats][eval]") {
+  CHECK(EpisodeQuota(20, 6) == std::vector<int>{4, 4, 3, 3, 3, 3});
+  CHECK(EpisodeQuota(5, 5) == std::vector<int>{1, 1, 1, 1, 1});
+  CHECK(EpisodeQuota(3, 1) == std::vector<int>{3});
+}
+
+TEST_CASE("EvalEpisodes: each env's first episodes up to its quota, written, done at N", "[stats][eval]") {
+  char dir[] = "/tmp/farm-eval-episodes.XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/episodes.jsonl";
+  std::unique_ptr<EvalEpisodes> eval;
+  CHECK_FALSE(EvalEpisodes::Open(0, path, &eval).ok());
+  REQUIRE(EvalEpisodes::Open(5, path, &eval).ok());
+  CHECK_FALSE(eval->done());
+  CHECK_FALSE(eval->counts("w0"));
+  REQUIRE(eval->SetWorker("w0", 2));  // quotas 3, 2
+  CHECK_FALSE(eval->SetWorker("w1", 4));  // the first worker's envs only
+  CHECK(eval->counts("w0"));
+  CHECK_FALSE(eval->counts("w1"));
+  // env 1 ends three short episodes first: its third is not counted (it would favour short episodes).
+  for (int i = 0; i < 3; ++i) REQUIRE(eval->Add(1, 1.0, 2).ok());
+  CHECK(eval->counted() == 2);
+  REQUIRE(eval->Add(0, 10.0, 20).ok());
+  REQUIRE(eval->Add(0, 12.0, 20).ok());
+  CHECK_FALSE(eval->done());
+  REQUIRE(eval->Add(0, 14.0, 20).ok());
+  CHECK(eval->done());
+  REQUIRE(eval->Add(0, 99.0, 20).ok());  // past its quota: not counted
+  CHECK(eval->counted() == 5);
+  CHECK_FALSE(eval->Add(2, 1.0, 1).ok());  // no env 2
+  eval.reset();
+  std::ifstream in(path);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  REQUIRE(rows.size() == 5);
+  double sum = 0;
+  for (const auto& r : rows) sum += r.at("return").get<double>();
+  CHECK(sum == Approx(1 + 1 + 10 + 12 + 14));
+  CHECK(rows[2].at("env") == 0);
+  CHECK(rows[2].at("length") == 20);
+  std::remove(path.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace farm

@@ -1,6 +1,9 @@
 // farm-eval: runs a trained run's latest policy (deterministically, or sampled with --sample) on fresh envs and reports
-// episode returns.
+// episode returns. A C++ env is stepped here; a Python env's run (env.python) is evaluated by a serving learner
+// and one worker started for it (tools/served_eval.h). Both report through Report.
 #include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -14,8 +17,10 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/run/checkpoint.h"
 #include "learner/model/policy.h"
+#include "learner/run/checkpoint.h"
+#include "learner/run/eval_episodes.h"
+#include "tools/served_eval.h"
 #include "worker/env_group.h"
 
 namespace {
@@ -25,13 +30,50 @@ int Fail(const std::string& message, int code = 2) {
   return code;
 }
 
+// The JSON line on stdout and the human line on stderr, from the episodes' returns and lengths (non-empty).
+void Report(const std::vector<double>& returns, const std::vector<double>& lengths, const std::string& env_name,
+            const std::string& checkpoint, const farm::TrainingCounters& counters, uint64_t seed, bool sample) {
+  const double n = static_cast<double>(returns.size());
+  double mean = 0, mean_length = 0;
+  for (std::size_t i = 0; i < returns.size(); ++i) {
+    mean += returns[i];
+    mean_length += lengths[i];
+  }
+  mean /= n;
+  mean_length /= n;
+  double var = 0;
+  for (double r : returns) var += (r - mean) * (r - mean);
+  const double stddev = std::sqrt(var / n);  // population std, as numpy's default
+  const double min = *std::min_element(returns.begin(), returns.end());
+  const double max = *std::max_element(returns.begin(), returns.end());
+
+  nlohmann::ordered_json out = {{"episodes", returns.size()},
+                                {"mean_return", mean},
+                                {"std_return", stddev},
+                                {"min", min},
+                                {"max", max},
+                                {"mean_length", mean_length},
+                                {"checkpoint", checkpoint},
+                                {"env_steps_trained", counters.env_steps},
+                                {"env", env_name},
+                                {"seed", seed},
+                                {"actions", sample ? "sampled" : "deterministic"}};
+  fmt::print("{}\n", out.dump());
+  fmt::print(stderr,
+             "farm-eval: {} over {} episodes: return {:.2f} ± {:.2f} (min {:.2f}, max {:.2f}), mean length {:.1f}; "
+             "{} ({} env steps trained)\n",
+             env_name, returns.size(), mean, stddev, min, max, mean_length, checkpoint, counters.env_steps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "Rollout Farm evaluation: loads RUN_DIR's latest checkpoint, acts deterministically (argmax / Gaussian mean, "
       "box actions clipped to the bounds; --sample: sampled as in training) on fresh envs of the run's env, and "
-      "prints one JSON line with the return statistics of N episodes (a human summary goes to stderr)"};
+      "prints one JSON line with the return statistics of N episodes (a human summary goes to stderr). A Python "
+      "env's run (env.python) is served by farm-learner --serve to one farm-worker that this starts (both from "
+      "this build tree)"};
   std::string run_dir;
   int episodes = 100;
   int num_envs = 16;
@@ -58,6 +100,12 @@ int main(int argc, char** argv) {
                "instead of its mode or mean");
   CLI11_PARSE(app, argc, argv);
 
+  // A Python env's evaluation reads these signals from a signalfd (tools/served_eval.h): blocked in every thread,
+  // so before LibTorch starts any; unblocked again in this thread for a C++ env.
+  const sigset_t served_signals = farm::ServedEvalSignals();
+  sigset_t old_mask;
+  pthread_sigmask(SIG_BLOCK, &served_signals, &old_mask);
+
   torch::set_num_threads(1);
   farm::ActorCritic policy{nullptr};
   farm::FarmConfig config;
@@ -68,12 +116,36 @@ int main(int argc, char** argv) {
     if (auto s = farm::LoadConfig(run_dir + "/config.yaml", overrides, &config); !s.ok()) return Fail(s.message());
   }
   if (seed_opt->count() == 0) seed = config.seed;
+  num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
+  if (!config.env.python.empty()) {
+    // A Python env: served by farm-learner --serve to one farm-worker, both beside this binary in the build tree.
+    farm::ServedEvalOptions o;
+    const std::string build = farm::SelfDir() + "/..";
+    o.learner_bin = build + "/learner/farm-learner";
+    o.worker_bin = build + "/worker/farm-worker";
+    o.run_dir = run_dir;
+    o.episodes = episodes;
+    o.num_envs = num_envs;
+    o.num_groups = num_envs % config.env.num_groups == 0 ? config.env.num_groups : 1;
+    o.seed = seed;
+    o.max_steps = max_steps;
+    o.sample = sample;
+    o.overrides = overrides;
+    farm::ServedEvalResult r;
+    if (auto s = farm::RunServedEval(o, &r); !s.ok()) return Fail(s.message(), 1);
+    if (static_cast<int>(r.returns.size()) < episodes)
+      return Fail(fmt::format("only {} of {} episodes finished within {} env steps (--max-steps)", r.returns.size(),
+                              episodes, max_steps),
+                  1);
+    Report(r.returns, r.lengths, r.env_name, checkpoint, counters, seed, sample);
+    return 0;
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   torch::manual_seed(seed);  // --sample's draws
   // env.normalize_obs: the policy acts on observations normalised with the checkpoint's statistics, frozen.
   std::optional<farm::ObsTransform> normalize;
   if (auto s = farm::LoadObsTransform(config, checkpoint, policy->observation_space().numel(), &normalize); !s.ok())
     return Fail(s.message());
-  num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
 
   std::unique_ptr<farm::EnvGroup> group;
   if (auto s = farm::EnvGroup::Create(config.env, num_envs, seed, &group); !s.ok()) return Fail(s.message());
@@ -97,8 +169,7 @@ int main(int argc, char** argv) {
 
   // Episodes are spread evenly over the envs (env i contributes N/K, the first N%K one more), as
   // Stable-Baselines3's evaluate_policy does: taking whichever N episodes end first would favour short ones.
-  std::vector<int> quota(static_cast<std::size_t>(num_envs));
-  for (int i = 0; i < num_envs; ++i) quota[i] = episodes / num_envs + (i < episodes % num_envs ? 1 : 0);
+  std::vector<int> quota = farm::EpisodeQuota(episodes, num_envs);
   std::vector<double> returns;
   std::vector<double> lengths;
   returns.reserve(static_cast<std::size_t>(episodes));
@@ -143,35 +214,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  const double n = static_cast<double>(returns.size());
-  double mean = 0, mean_length = 0;
-  for (std::size_t i = 0; i < returns.size(); ++i) {
-    mean += returns[i];
-    mean_length += lengths[i];
-  }
-  mean /= n;
-  mean_length /= n;
-  double var = 0;
-  for (double r : returns) var += (r - mean) * (r - mean);
-  const double stddev = std::sqrt(var / n);  // population std, as numpy's default
-  const double min = *std::min_element(returns.begin(), returns.end());
-  const double max = *std::max_element(returns.begin(), returns.end());
-
-  nlohmann::ordered_json out = {{"episodes", returns.size()},
-                                {"mean_return", mean},
-                                {"std_return", stddev},
-                                {"min", min},
-                                {"max", max},
-                                {"mean_length", mean_length},
-                                {"checkpoint", checkpoint},
-                                {"env_steps_trained", counters.env_steps},
-                                {"env", spec.name},
-                                {"seed", seed},
-                                {"actions", sample ? "sampled" : "deterministic"}};
-  fmt::print("{}\n", out.dump());
-  fmt::print(stderr,
-             "farm-eval: {} over {} episodes: return {:.2f} ± {:.2f} (min {:.2f}, max {:.2f}), mean length {:.1f}; "
-             "{} ({} env steps trained)\n",
-             spec.name, returns.size(), mean, stddev, min, max, mean_length, checkpoint, counters.env_steps);
+  Report(returns, lengths, spec.name, checkpoint, counters, seed, sample);
   return 0;
 }
