@@ -28,14 +28,14 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/files.h"
 #include "common/config.h"
+#include "common/files.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "learner/learner.h"
 #include "learner/model/amp.h"
 #include "learner/model/cuda_graph.h"
 #include "learner/model/device.h"
-#include "learner/learner.h"
 #include "learner/model/policy.h"
 #include "learner/train/ppo.h"
 #include "worker/env_group.h"

@@ -9,8 +9,8 @@
 
 #include "common/config.h"
 #include "common/signal_watcher.h"
-#include "learner/run/checkpoint.h"
 #include "learner/learner.h"
+#include "learner/run/checkpoint.h"
 #include "learner/run/metrics.h"
 
 int main(int argc, char** argv) {

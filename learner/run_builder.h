@@ -17,12 +17,12 @@
 #include "common/status.h"
 #include "common/wire.h"
 #include "learner/model/amp.h"
-#include "learner/run/checkpoint.h"
 #include "learner/model/cuda_graph.h"
 #include "learner/model/policy.h"
-#include "learner/train/ppo.h"
+#include "learner/run/checkpoint.h"
 #include "learner/run/run_normalizer.h"
 #include "learner/serve/worker_registry.h"
+#include "learner/train/ppo.h"
 
 namespace farm {
 

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "learner/run/checkpoint.h"
 #include "learner/model/policy.h"
+#include "learner/run/checkpoint.h"
 #include "learner/train/ppo.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's (and abort on failure

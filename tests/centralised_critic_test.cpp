@@ -17,12 +17,12 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/wire.h"
-#include "learner/run/checkpoint.h"
 #include "learner/model/export.h"
 #include "learner/model/policy.h"
-#include "tests/temp_dir.h"
+#include "learner/run/checkpoint.h"
 #include "learner/train/ppo.h"
 #include "learner/train/trajectory_store.h"
+#include "tests/temp_dir.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK

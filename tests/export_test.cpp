@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "common/config.h"
+#include "learner/model/policy.h"
 #include "learner/run/checkpoint.h"
 #include "learner/run/metrics.h"
-#include "learner/model/policy.h"
 #include "tests/temp_dir.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's (and abort on failure

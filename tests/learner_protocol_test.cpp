@@ -26,8 +26,8 @@
 #include "common/log_limit.h"
 #include "common/transport.h"
 #include "common/wire.h"
-#include "learner/run/checkpoint.h"
 #include "learner/learner.h"
+#include "learner/run/checkpoint.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.
 #undef CHECK

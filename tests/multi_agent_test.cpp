@@ -16,11 +16,11 @@
 
 #include "common/config.h"
 #include "common/wire.h"
+#include "tests/env_test_util.h"
+#include "tests/stand_in_learner.h"
 #include "worker/env.h"
 #include "worker/env_group.h"
 #include "worker/worker_client.h"
-#include "tests/env_test_util.h"
-#include "tests/stand_in_learner.h"
 
 namespace farm {
 namespace {

@@ -20,10 +20,10 @@
 #include "common/running_stats.h"
 #include "common/transport.h"
 #include "common/wire.h"
-#include "learner/run/checkpoint.h"
-#include "learner/model/export.h"
 #include "learner/learner.h"
+#include "learner/model/export.h"
 #include "learner/model/policy.h"
+#include "learner/run/checkpoint.h"
 #include "worker/worker_client.h"
 
 // LibTorch pulls in glog, whose CHECK would replace Catch's: include Catch last.

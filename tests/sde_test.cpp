@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/wire.h"
-#include "learner/serve/acting.h"
 #include "learner/model/policy_spec.h"
+#include "learner/serve/acting.h"
 #include "learner/serve/work.h"
 
 #undef CHECK  // glog's, from LibTorch: Catch's must win

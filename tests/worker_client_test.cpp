@@ -10,9 +10,9 @@
 
 #include "common/config.h"
 #include "common/wire.h"
-#include "worker/worker_client.h"
 #include "tests/stand_in_learner.h"
 #include "worker/env.h"
+#include "worker/worker_client.h"
 
 namespace farm {
 namespace {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/run/checkpoint.h"
 #include "learner/model/export.h"
-#include "learner/run/metrics.h"
 #include "learner/model/policy.h"
+#include "learner/run/checkpoint.h"
+#include "learner/run/metrics.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/config.h"
-#include "learner/train/trajectory_store.h"
 #include "learner/serve/work.h"
+#include "learner/train/trajectory_store.h"
 
 namespace farm {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "learner/train/adam_state.h"
 #include "learner/model/cuda_graph.h"
+#include "learner/train/adam_state.h"
 #include "learner/train/ppo.h"
 
 #ifdef FARM_WITH_CUDA

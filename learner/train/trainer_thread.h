@@ -25,9 +25,9 @@
 #include "common/channel.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "learner/model/policy.h"
 #include "learner/run/checkpoint.h"
 #include "learner/run/checkpoint_writer.h"
-#include "learner/model/policy.h"
 #include "learner/train/ppo.h"
 #include "learner/train/train_job.h"
 
