@@ -362,9 +362,12 @@ std::string PipName(const std::string& module) {
   return module;
 }
 
-// Debian's interpreters are /usr/bin's: their modules come from apt, and pip refuses to install into them.
+// Debian's interpreters are /usr/bin's (a wrapper that runs one counts): their modules come from apt, and pip
+// refuses to install into them.
 bool IsDebianInterpreter(const PythonProbe& p) {
-  return p.path.rfind("/usr/bin/", 0) == 0 || Canonical(p.path).rfind("/usr/bin/", 0) == 0;
+  for (const std::string& f : {p.path, p.executable})
+    if (!f.empty() && (f.rfind("/usr/bin/", 0) == 0 || Canonical(f).rfind("/usr/bin/", 0) == 0)) return true;
+  return false;
 }
 
 std::string FailureMessage(const PythonSearch& search, const std::vector<PythonProbe>& tried) {
