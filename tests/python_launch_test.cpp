@@ -229,8 +229,7 @@ TEST_CASE("python interpreter: a set one is used as given, or refused with the r
                               Catch::Contains(search.configured + " -m pip install numpy"));
 }
 
-TEST_CASE("python interpreter: a missing, non-Python or hung interpreter is reported, none usable fails",
-          "[python]") {
+TEST_CASE("python interpreter: a missing, non-Python or hung interpreter is reported, none usable fails", "[python]") {
   TempDir tmp;
   const std::string missing = (tmp.path / "no_such_python").string();
   PythonProbe p = ProbePythonInterpreter(missing, PythonWorkerModules(), "", 10);
@@ -278,7 +277,10 @@ TEST_CASE("python interpreter: the worker's modules, the fallback and the PYTHON
   setenv("FARM_SYSTEM_PYTHON", "/opt/test/python3", 1);
   CHECK(SystemPythonPath() == "/opt/test/python3");
   CHECK(PythonSearch::FromEnvironment("").candidates == std::vector<std::string>{"python3", "/opt/test/python3"});
-  if (old_system) setenv("FARM_SYSTEM_PYTHON", saved_system.c_str(), 1); else unsetenv("FARM_SYSTEM_PYTHON");
+  if (old_system)
+    setenv("FARM_SYSTEM_PYTHON", saved_system.c_str(), 1);
+  else
+    unsetenv("FARM_SYSTEM_PYTHON");
 
   TempDir tmp;
   const char* old = std::getenv("PYTHONPATH");

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   std::string stats_file;
   bool check_python = false;
   app.add_option("--config", config_path, "YAML config file (the learner's)")->check(CLI::ExistingFile);
-  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555 (required but with --check-python)");
+  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555 (required unless --check-python)");
   app.add_option("--index", index, "this worker's index (seeds and identity)")->check(CLI::NonNegativeNumber);
   app.add_option("--set", overrides, "override a config key: --set env.num_envs=64");
   app.add_option("--stats-file", stats_file, "write this worker's statistics (JSON) here at exit");
@@ -70,9 +70,8 @@ int main(int argc, char** argv) {
     // The interpreter: env.python_interpreter as given, or the first of python3 on PATH and /usr/bin/python3
     // that can import the worker's modules, probed with the PYTHONPATH ExecPythonWorker will set.
     farm::PythonChoice choice;
-    if (auto s = farm::ChoosePythonInterpreter(farm::PythonSearch::FromEnvironment(config.env.python_interpreter),
-                                               &choice);
-        !s.ok()) {
+    const farm::PythonSearch search = farm::PythonSearch::FromEnvironment(config.env.python_interpreter);
+    if (auto s = farm::ChoosePythonInterpreter(search, &choice); !s.ok()) {
       fmt::print(stderr, "{}\n", s.message());
       return 2;
     }

@@ -118,8 +118,8 @@ Status ExecPythonWorker(const std::vector<std::string>& argv, const std::string&
   for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  return Status::InvalidArgument(fmt::format("env.python_interpreter: cannot run '{}': {}", argv[0],
-                                             std::strerror(errno)));
+  return Status::InvalidArgument(
+      fmt::format("env.python_interpreter: cannot run '{}': {}", argv[0], std::strerror(errno)));
 }
 
 std::string CheckoutPythonPackageDir() { return FARM_PYTHON_PACKAGE_DIR; }
@@ -159,9 +159,7 @@ constexpr size_t kMaxProbeOutput = 64 * 1024;
 std::string FindExecutable(const std::string& name, std::string* why) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  auto executable = [&](const fs::path& p) {
-    return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
-  };
+  auto executable = [&](const fs::path& p) { return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0; };
   if (name.empty()) {
     *why = "no interpreter named";
     return "";
@@ -284,7 +282,8 @@ PythonProbe ProbePythonInterpreter(const std::string& interpreter, const std::ve
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[4096];
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
@@ -379,8 +378,7 @@ std::string FailureMessage(const PythonSearch& search, const std::vector<PythonP
         search.configured, needs);
   else
     m = fmt::format(
-        "python: no Python interpreter here can run the Python worker (env.python), which imports {}; tried:\n",
-        needs);
+        "python: no Python interpreter here can run the Python worker (env.python), which imports {}; tried:\n", needs);
   for (const auto& p : tried) m += fmt::format("  {}: {}\n", p.Describe(), p.Problem());
   m += "Fix it with either:\n";
   m += "  - an interpreter that has them: env.python_interpreter: /path/to/python in the config, or\n"

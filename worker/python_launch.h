@@ -16,10 +16,10 @@
 
 namespace farm {
 
-// argv for execvp (argv[0] is env.python_interpreter, which must be set: ChoosePythonInterpreter's choice). InvalidArgument naming env.python when it is not
-// MODULE:FACTORY, or when a .py file it names is not found. A relative .py path is looked for in the current
-// directory, then in each of `search_dirs` in order (farm-worker passes the config file's directory and the
-// checkout this binary was built from), and made absolute.
+// argv for execvp (argv[0] is env.python_interpreter, which must be set: ChoosePythonInterpreter's choice).
+// InvalidArgument naming env.python when it is not MODULE:FACTORY, or when a .py file it names is not found. A relative
+// .py path is looked for in the current directory, then in each of `search_dirs` in order (farm-worker passes the
+// config file's directory and the checkout this binary was built from), and made absolute.
 Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& learner_endpoint,
                         const std::string& stats_file, const std::vector<std::string>& search_dirs,
                         std::vector<std::string>* argv);
@@ -76,15 +76,15 @@ struct PythonSearch {
   std::string configured;               // env.python_interpreter; empty: the first usable of `candidates`
   std::vector<std::string> candidates;  // tried in order when `configured` is empty
   std::vector<std::string> modules = PythonWorkerModules();
-  std::string python_path;              // the PYTHONPATH the worker will get
-  double timeout_s = 30;                // per interpreter (numpy's import on a loaded machine can take seconds)
+  std::string python_path;  // the PYTHONPATH the worker will get
+  double timeout_s = 30;    // per interpreter (numpy's import on a loaded machine can take seconds)
 
   static PythonSearch FromEnvironment(const std::string& configured);
 };
 
 struct PythonChoice {
-  std::string interpreter;  // for env.python_interpreter: `configured` as given, else the chosen probe's path
-  std::string note;         // one line that says the choice: "python: using /usr/bin/python3 (...)"
+  std::string interpreter;         // for env.python_interpreter: `configured` as given, else the chosen probe's path
+  std::string note;                // one line that says the choice: "python: using /usr/bin/python3 (...)"
   std::vector<PythonProbe> tried;  // every interpreter asked, in order
 };
 
