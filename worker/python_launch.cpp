@@ -298,7 +298,11 @@ PythonProbe ProbePythonInterpreter(const std::string& interpreter, const std::ve
     if (ready == 0) continue;  // the deadline is checked at the top
     const ssize_t n = read(fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // EOF (every writer closed) or a read error
+    if (n < 0) {
+      probe.error = fmt::format("read: {}", std::strerror(errno));
+      break;
+    }
+    if (n == 0) break;  // EOF: every writer closed
     if (out.size() < kMaxProbeOutput) out.append(buf, static_cast<size_t>(n));
   }
   close(fds[0]);
