@@ -55,7 +55,10 @@ struct EnvConfig {
   // runs the Python worker (python_interpreter -m farm_worker) in its place with this config's settings, and
   // `name`/`options` are not used. Empty: the C++ env `name`.
   std::string python;
-  std::string python_interpreter = "python3";
+  // The interpreter that runs the Python worker. Empty (the default): the first of python3 on PATH and
+  // /usr/bin/python3 that can import zmq, google.protobuf and numpy (worker/python_launch.h), the choice said at
+  // start; set: that one, refused at start (farm-worker exits 2, naming the fixes) when it lacks a module.
+  std::string python_interpreter;
 
   template <class V> void visit(V& v) {
     v("name", name);

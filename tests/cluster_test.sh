@@ -46,7 +46,12 @@ assert hosts == ["alpha", "beta"], hosts
 assert s["workers"] == 3, s["workers"]  # 1 on alpha + 2 on beta
 assert s["env_steps"] >= 20000
 args = [open(f, "rb").read().decode().split("\0")[:-1] for f in glob.glob(os.path.join(sys.argv[3], "worker-args.*"))]
-assert len(args) == 3, args
+# Each host's scripts/farm worker asks farm-worker --check-python once (the Python interpreter, for a config with
+# env.python), with the same overrides.
+checks = [a for a in args if "--check-python" in a]
+assert len(checks) == 2, checks
+workers = [a for a in args if "--check-python" not in a]
+assert len(workers) == 3, workers
 for a in args:
     sets = [a[i + 1] for i in range(len(a) - 1) if a[i] == "--set"]
     for want in sys.argv[4:]:

@@ -33,12 +33,25 @@ int main(int argc, char** argv) {
   int index = 0;
   std::vector<std::string> overrides;
   std::string stats_file;
+  bool check_python = false;
+  bool python_checked = false;
   app.add_option("--config", config_path, "YAML config file (the learner's)")->check(CLI::ExistingFile);
-  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555")->required();
+  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555 (required unless --check-python)");
   app.add_option("--index", index, "this worker's index (seeds and identity)")->check(CLI::NonNegativeNumber);
   app.add_option("--set", overrides, "override a config key: --set env.num_envs=64");
   app.add_option("--stats-file", stats_file, "write this worker's statistics (JSON) here at exit");
+  app.add_flag("--check-python", check_python,
+               "with env.python: choose the interpreter (env.python_interpreter, or automatically), print it on "
+               "stdout and the choice on stderr, exit 0; or print why none can run the Python worker, exit 2. "
+               "Starts nothing; prints nothing on stdout without env.python");
+  app.add_flag("--python-checked", python_checked,
+               "env.python_interpreter (set) has been checked by the launcher (farm-worker --check-python): run it "
+               "without probing it again (the probe imports numpy: seconds of CPU across many workers)");
   CLI11_PARSE(app, argc, argv);
+  if (endpoint.empty() && !check_python) {
+    fmt::print(stderr, "farm-worker: --learner is required (e.g. --learner tcp://127.0.0.1:5555)\n");
+    return 2;
+  }
 
   // Die with the launcher: no orphan workers if it is killed. One that died before prctl took effect sends no
   // signal, but this process has been reparented by then: leave now, as the signal would have made us.
@@ -56,7 +69,27 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "farm-worker: {}\n", s.message());
     return 2;
   }
+  if (check_python && config.env.python.empty()) return 0;  // a C++ env: no interpreter to choose
   if (!config.env.python.empty()) {
+    // The interpreter: env.python_interpreter as given, or the first of python3 on PATH and /usr/bin/python3
+    // that can import the worker's modules, probed with the PYTHONPATH ExecPythonWorker will set.
+    // scripts/farm asks once (--check-python) and passes the choice to every worker as env.python_interpreter with
+    // --python-checked: its workers neither probe again nor say it again.
+    if (check_python || !python_checked || config.env.python_interpreter.empty()) {
+      farm::PythonChoice choice;
+      const farm::PythonSearch search = farm::PythonSearch::FromEnvironment(config.env.python_interpreter);
+      if (auto s = farm::ChoosePythonInterpreter(search, &choice); !s.ok()) {
+        fmt::print(stderr, "{}\n", s.message());
+        return 2;
+      }
+      // Said when chosen automatically (or asked for).
+      if (check_python || config.env.python_interpreter.empty()) fmt::print(stderr, "{}\n", choice.note);
+      if (check_python) {
+        fmt::print("{}\n", choice.interpreter);
+        return 0;
+      }
+      config.env.python_interpreter = choice.interpreter;
+    }
     // A Python env: the Python worker runs in this process's place (same pid: the launcher's signals and
     // PR_SET_PDEATHSIG reach it), with this config's settings.
     std::vector<std::string> python_argv;
