@@ -10,7 +10,7 @@
 #include "common/config.h"
 #include "common/signal_watcher.h"
 #include "learner/learner.h"
-#include "learner/run/checkpoint.h"
+#include "learner/run/checkpoint_files.h"
 #include "learner/run/metrics.h"
 
 int main(int argc, char** argv) {

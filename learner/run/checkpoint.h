@@ -19,6 +19,7 @@
 #include "common/running_stats.h"
 #include "common/space.h"
 #include "common/status.h"
+#include "learner/run/checkpoint_files.h"
 #include "learner/model/amp.h"
 #include "learner/model/policy.h"
 #include "learner/model/policy_spec.h"
@@ -95,10 +96,6 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
                       TrainingCounters* counters, LossScaler* scaler = nullptr, RunState* state = nullptr);
 
-// The config text stored in a checkpoint ("config_yaml"); NotFound when the
-// checkpoint predates it. Reads nothing else (no policy needed).
-Status ReadCheckpointConfig(const std::string& path, std::string* yaml);
-
 // The normaliser statistics stored in a checkpoint ("normalizer"); NotFound when it holds none (written
 // before checkpoints stored them). Reads nothing else.
 Status ReadCheckpointNormalizer(const std::string& path, RunningMoments* obs, RunningMoments* ret);
@@ -108,16 +105,6 @@ Status ReadCheckpointNormalizer(const std::string& path, RunningMoments* obs, Ru
 // nullopt without. An error names the checkpoint and what it lacks.
 Status LoadObsTransform(const FarmConfig& config, const std::string& path, int64_t obs_numel,
                         std::optional<ObsTransform>* out);
-
-// Checkpoint files in `dir` (ckpt-*.pt), newest first.
-std::vector<std::string> ListCheckpoints(const std::string& dir, std::error_code* error = nullptr);
-
-// CRC32C of a whole file (SaveCheckpoint records it in <checkpoint>.crc32c).
-Status FileCrc32c(const std::string& path, uint32_t* crc);
-
-// The newest checkpoint whose checksum matches its .crc32c file. Checkpoints
-// passed over (truncated, corrupt, unchecked) are described in `skipped`.
-Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std::vector<std::string>* skipped);
 
 // Rebuilds a run's latest policy on the CPU: reads run_dir/config.yaml into
 // `config`, run_dir/policy_spec.json (spaces, widths, encoder, global state),
