@@ -221,7 +221,7 @@ if grep -q '^build_start' "$tmp/bare.marks"; then  # apt-get got everything inst
   pkgs_rc="$(docker inspect -f '{{.State.ExitCode}}' "$pkgs")"
   mkdir -p "$tmp/runs"
   docker cp "$pkgs:/fresh/runs" - 2>/dev/null | tar -x -C "$tmp/runs" 2>/dev/null || true
-  summary="$(find "$tmp/runs" -name summary.json | head -1)"
+  summary="$(find "$tmp/runs" -name summary.json -print -quit)"
   if [ "$pkgs_rc" != 0 ] || [ -z "$summary" ]; then
     say "the packages-present run exited $pkgs_rc (summary.json: ${summary:-none}); its last lines:"
     tail -30 "$tmp/pkgs.log" >&2 || true
