@@ -340,6 +340,27 @@ Status ValidateConfig(const FarmConfig& c) {
     return Status::InvalidArgument(
         "learner.cuda_graphs cannot act with ppo.sde (each env's noise matrix is held between its steps, outside "
         "the graphs); set learner.cuda_graphs=false, or ppo.sde=false");
+  if (c.ppo.core != "none") {
+    if (c.ppo.bptt > c.ppo.rollout_length || c.ppo.rollout_length % c.ppo.bptt != 0)
+      return Status::InvalidArgument(fmt::format(
+          "ppo.bptt ({}) must divide ppo.rollout_length ({}): the update trains through whole chunks of bptt steps",
+          c.ppo.bptt, c.ppo.rollout_length));
+    if (c.ppo.fused_update == "on")
+      return Status::InvalidArgument(fmt::format(
+          "ppo.fused_update=on cannot train ppo.core={} (the fused update knows only feed-forward MLPs); use "
+          "ppo.fused_update=auto to fall back to the LibTorch update, or ppo.core=none",
+          c.ppo.core));
+    if (c.ppo.graph_update == "on")
+      return Status::InvalidArgument(fmt::format(
+          "ppo.graph_update=on cannot train ppo.core={} (the graphed step takes rows, not chunks through time); use "
+          "ppo.graph_update=auto or off",
+          c.ppo.core));
+    if (c.learner.cuda_graphs && !c.learner.random_actions)
+      return Status::InvalidArgument(fmt::format(
+          "learner.cuda_graphs cannot act with ppo.core={} (the graphs were captured without a recurrent state); set "
+          "learner.cuda_graphs=false, or ppo.core=none",
+          c.ppo.core));
+  }
   // ZeroMQ would take a port past 65535 modulo 65536 (tcp://127.0.0.1:99999 binds port 34463), and without a
   // port the address would be refused later as "not a loopback address".
   if (auto s = CheckEndpoint(c.transport.bind, /*bind=*/true); !s.ok())

@@ -229,6 +229,15 @@ struct PpoConfig {
   // when the minibatches are of equal size; on = whenever it can run (on the CPU the same static step runs
   // without a graph: for tests); off = the LibTorch path. The first update of a run is always LibTorch's.
   std::string graph_update = "auto";
+  // Memory (learner/model/recurrent_core.h): none, or a gru or lstm core of core_size units between the encoder
+  // and the heads. The learner keeps each agent row's state (workers stay model-free); the update re-runs the
+  // core over chunks of bptt steps from the state the acting policy had at each chunk's start. bptt must divide
+  // rollout_length. critic_core: the critic has a core (and state) of its own, as MAPPO's; false: a feed-forward
+  // critic. CUDA-graphed acting and the fused and graphed updates have no core (refused, or auto falls back).
+  std::string core = "none";
+  int core_size = 128;
+  int bptt = 16;
+  bool critic_core = true;
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -253,6 +262,10 @@ struct PpoConfig {
     v("bootstrap_truncated", bootstrap_truncated);
     v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));
     v("graph_update", graph_update, Rule::OneOf({"auto", "on", "off"}));
+    v("core", core, Rule::OneOf({"none", "gru", "lstm"}));
+    v("core_size", core_size, Rule::AtLeast(1));
+    v("bptt", bptt, Rule::AtLeast(1));
+    v("critic_core", critic_core);
   }
 };
 

@@ -81,14 +81,21 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   }
   const RunSpec spec = parts.spec;
   const bool use_state = parts.options.global_state.has_value();
+  const int64_t core_numel = recording && parts.options.core != CoreKind::kNone ? parts.acting->core_state_size() : 0;
   collector.CreateStore(spec.observation.numel(), spec.action, use_state ? parts.options.global_state->numel() : 0,
-                        static_cast<int>(spec.num_agents));
+                        static_cast<int>(spec.num_agents), core_numel);
   memory_inputs.parameters = 0;
   for (const auto& p : parts.acting->parameters()) memory_inputs.parameters += p.numel();
   memory_inputs.bytes_per_row_step = collector.store().bytes_per_row_step();
   memory_inputs.activation_floats_per_row =
       ActivationFloatsPerRow(parts.hidden, spec.action.head_size(), spec.observation.shape,
                              parts.options.encoder == Encoder::kCnn);
+  if (parts.options.core != CoreKind::kNone) {
+    memory_inputs.activation_floats_per_row +=
+        CoreActivationFloats(parts.options.core == CoreKind::kLstm ? 4 : 3, parts.options.core_size,
+                             parts.options.critic_core ? 2 : 1);
+    memory_inputs.core_state_floats = parts.acting->core_state_size();
+  }
   // Before anything is written (a resume's config.yaml, policy_spec.json): a run that cannot fit leaves the run
   // directory as it was, and stops in order since no worker could join it.
   if (auto s = CheckMemoryWith(static_cast<int64_t>(hs.num_groups) * hs.group_rows, "the run"); !s.ok()) {
@@ -255,6 +262,7 @@ void Learner::Impl::RemoveWorker(const std::string& identity, const std::string&
   if (!ws) return;
   for (int g : ws->store_group) collector.store().RemoveGroup(g);
   collector.DropParked(identity);
+  if (acting) acting->DropCoreStates(identity);
   ++stats.workers_lost;
   spdlog::warn("dropped worker {}: {}; {} workers left", identity, why, registry.size());
   MaybeHandOff();

@@ -182,7 +182,8 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out
       // The observations went in at admission or before the forward's results (RecordInputs).
       if (recording)
         store->RecordOutputs(g, act_ptr + row * action_numel * static_cast<int64_t>(action_bytes), logp_ptr + row,
-                             value_ptr + row, stats.version);
+                             value_ptr + row, stats.version, acting->CoreInput(row));
+      acting->CommitCoreState(*w, out, row);  // with a recurrent core: the rows' states advance
       WorkerRegistry::MarkActed(ws, req.group());
       auto* a = reply_msg.mutable_action();
       acting->EncodeReply(req, out, row, rows, stats.version, a);

@@ -23,6 +23,9 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   out->options.global_state = hs.global_state;
   out->options.log_std_init = config.ppo.log_std_init;
   out->options.sde = config.ppo.sde;
+  if (auto s = ParseCore(config.ppo.core, &out->options.core); !s.ok()) return Status::InvalidArgument("ppo." + s.message());
+  out->options.core_size = config.ppo.core_size;
+  out->options.critic_core = config.ppo.critic_core;
   ActorCritic initial{nullptr};
   if (!config.learner.init_from.empty()) {
     FarmConfig saved;
@@ -45,6 +48,15 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
           hs.global_state ? "global state " + hs.global_state->ToString() : std::string("no global state")));
     out->hidden = initial->hidden_sizes();
     out->options = initial->options();
+    // The update's chunks and the acting's states follow the saved core; ValidateConfig checked ppo.bptt only
+    // against ppo.core.
+    if (out->options.core != CoreKind::kNone && config.learner.train &&
+        (config.ppo.bptt > config.ppo.rollout_length || config.ppo.rollout_length % config.ppo.bptt != 0)) {
+      *fatal = true;
+      return Status::InvalidArgument(fmt::format(
+          "learner.init_from: the policy in {} has a {} core; ppo.bptt ({}) must divide ppo.rollout_length ({})",
+          config.learner.init_from, CoreName(out->options.core), config.ppo.bptt, config.ppo.rollout_length));
+    }
     spdlog::info("starting from {} (encoder {}, critic on {}{})", path, EncoderName(out->options.encoder),
                  out->options.global_state ? "the global state" : "the observation",
                  out->options.sde ? ", state-dependent exploration" : "");
@@ -64,6 +76,13 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   out->training->to(device);
   out->acting->eval();
   if (config.learner.cuda_graphs && !config.learner.random_actions) {
+    if (out->options.core != CoreKind::kNone) {  // ValidateConfig's check, for an init_from policy
+      *fatal = true;
+      return Status::InvalidArgument(fmt::format(
+          "learner.cuda_graphs cannot act with a recurrent core (the policy has a {} core); set "
+          "learner.cuda_graphs=false",
+          CoreName(out->options.core)));
+    }
     if (out->options.sde && !config.learner.deterministic) {  // ValidateConfig's check, for an init_from policy
       *fatal = true;
       return Status::InvalidArgument(

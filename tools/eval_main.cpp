@@ -175,6 +175,9 @@ int main(int argc, char** argv) {
   returns.reserve(static_cast<std::size_t>(episodes));
   int64_t steps = 0;
   std::vector<float> normalized(normalize ? static_cast<std::size_t>(rows * spec.observation.numel()) : 0);
+  // A recurrent policy's state per row: zero at every episode's start, carried between the row's steps.
+  torch::Tensor core_state;
+  if (policy->has_core()) core_state = torch::zeros({rows, policy->core_state_size()});
   {
     c10::InferenceMode guard;
     while (static_cast<int>(returns.size()) < episodes) {
@@ -188,7 +191,9 @@ int main(int argc, char** argv) {
         raw = normalized.data();
       }
       const torch::Tensor obs = torch::from_blob(const_cast<float*>(raw), obs_shape, torch::kFloat32);
-      torch::Tensor action = policy->Act(obs, /*deterministic=*/!sample).action;
+      const farm::ActOutput out = policy->Act(obs, {}, /*deterministic=*/!sample, /*with_value=*/false, {}, core_state);
+      torch::Tensor action = out.action;
+      if (core_state.defined()) core_state = out.core_state.clone();
       if (discrete) {
         action = action.to(torch::kInt64).contiguous();
         group->Step(action.data_ptr<int64_t>(), nullptr);
@@ -198,6 +203,10 @@ int main(int argc, char** argv) {
         group->Step(nullptr, action.data_ptr<float>());
       }
       steps += num_envs;
+      if (core_state.defined()) {
+        for (int r = 0; r < rows; ++r)
+          if (group->terminated()[r] || group->truncated()[r]) core_state[r].zero_();
+      }
       // finished() lists the ended episodes in env order; match them to the envs that ended (an env's flags
       // are on each of its rows: read its first).
       std::size_t next = 0;

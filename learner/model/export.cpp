@@ -72,6 +72,11 @@ Status SequentialLayers(ActorCriticImpl& policy, const std::string& prefix, std:
 Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const ObsTransform* normalize) {
   const Space& obs = policy.observation_space();
   const Space& action = policy.action_space();
+  if (policy.has_core())
+    return Status::InvalidArgument(fmt::format(
+        "ExportTorchScript: the policy has a {} core, and the exported module has no recurrent state yet; serve it "
+        "with farm-learner --serve (each client row keeps its state there) or evaluate it with scripts/farm eval",
+        CoreName(policy.options().core)));
   std::vector<Layer> layers;
   if (auto s = SequentialLayers(policy, "actor.", &layers); !s.ok()) return s;
   const bool cnn = policy.encoder() == Encoder::kCnn;

@@ -41,6 +41,20 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int6
   return mlp;
 }
 
+// The hidden layers of an mlp, Linear-tanh pairs (a recurrent policy's encoder: the core and the head follow),
+// appended to `seq`; returns the width they end with.
+int64_t AppendTrunk(torch::nn::Sequential& seq, int64_t in, const std::vector<int>& hidden_sizes) {
+  int64_t width = in;
+  for (int hidden : hidden_sizes) {
+    if (hidden <= 0) throw std::invalid_argument("ActorCritic: hidden sizes must be positive, got " +
+                                                 std::to_string(hidden));
+    seq->push_back(OrthogonalLinear(width, hidden, kHiddenGain));
+    seq->push_back(torch::nn::Tanh());
+    width = hidden;
+  }
+  return width;
+}
+
 // The cnn encoder of a [C, H, W] input, laid out as nn.Sequential would be: "0" conv, "2" conv, "5" linear.
 torch::nn::Sequential CnnEncoder(const Space& input, int64_t features, const char* what) {
   if (input.shape.size() != 3)
@@ -127,7 +141,39 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
                                 options_.global_state->ToString());
   const Space& critic_input = options_.global_state ? *options_.global_state : observation_;
 
-  if (options_.encoder == Encoder::kMlp) {
+  if (options_.core != CoreKind::kNone) {
+    if (options_.core_size <= 0)
+      throw std::invalid_argument("ActorCritic: core_size must be positive, got " + std::to_string(options_.core_size));
+    // encoder (mlp hidden layers, or the cnn then hidden_sizes[1..]) -> core -> head, for each network with a core.
+    const bool cnn = options_.encoder == Encoder::kCnn;
+    if (cnn && (hidden_sizes.empty() || hidden_sizes.front() <= 0))
+      throw std::invalid_argument("ActorCritic: the cnn encoder needs hidden_sizes with a positive first width");
+    const std::vector<int> rest = cnn ? std::vector<int>(hidden_sizes.begin() + 1, hidden_sizes.end()) : hidden_sizes;
+    auto encoder = [&](const Space& input, const char* what, int64_t* width) {
+      torch::nn::Sequential seq = cnn ? CnnEncoder(input, hidden_sizes.front(), what) : torch::nn::Sequential();
+      *width = AppendTrunk(seq, cnn ? hidden_sizes.front() : input.numel(), rest);
+      return seq;
+    };
+    int64_t width = 0;
+    torch::nn::Sequential actor_in = encoder(observation_, "observation", &width);
+    if (!actor_in->is_empty()) actor_encoder_ = register_module("actor_encoder", actor_in);
+    actor_core_ = register_module("actor_core", RecurrentCore(options_.core, width, options_.core_size));
+    actor_ = register_module("actor", Mlp(options_.core_size, {}, head_dim, kPolicyHeadGain));
+    if (options_.critic_core) {
+      torch::nn::Sequential critic_in =
+          encoder(critic_input, options_.global_state ? "global state" : "observation", &width);
+      if (!critic_in->is_empty()) critic_encoder_ = register_module("critic_encoder", critic_in);
+      critic_core_ = register_module("critic_core", RecurrentCore(options_.core, width, options_.core_size));
+      critic_ = register_module("critic", Mlp(options_.core_size, {}, 1, kValueHeadGain));
+    } else if (cnn) {
+      critic_encoder_ = register_module(
+          "critic_encoder", CnnEncoder(critic_input, hidden_sizes.front(),
+                                       options_.global_state ? "global state" : "observation"));
+      critic_ = register_module("critic", Mlp(hidden_sizes.front(), rest, 1, kValueHeadGain));
+    } else {
+      critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain));
+    }
+  } else if (options_.encoder == Encoder::kMlp) {
     actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain));
     critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain));
   } else {
@@ -183,7 +229,13 @@ torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {
   return x;
 }
 
-torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller) {
+int64_t ActorCriticImpl::core_state_size() const {
+  return (actor_core_ ? actor_core_->state_size() : 0) + (critic_core_ ? critic_core_->state_size() : 0);
+}
+
+torch::Tensor ActorCriticImpl::CriticFeatures(const torch::Tensor& obs, const torch::Tensor& state,
+                                              const char* caller, int64_t* k) {
+  *k = 1;
   torch::Tensor x;
   if (options_.global_state) {
     if (!state.defined())
@@ -195,24 +247,64 @@ torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch
                                   " global states for " + std::to_string(rows) +
                                   " observations (expected one per row, or one per k consecutive rows)");
     x = Shaped(state, *options_.global_state, options_.encoder);
-    if (critic_encoder_) x = critic_encoder_->forward(x);
-    const torch::Tensor value = critic_->forward(x).squeeze(-1);
     // One state for k consecutive rows (the agents of one env): the critic runs once, its value is theirs.
-    const int64_t k = rows / state.size(0);
-    return k == 1 ? value : value.repeat_interleave(k);
+    *k = rows / state.size(0);
+  } else {
+    x = Shaped(obs, observation_, options_.encoder);
   }
-  x = Shaped(obs, observation_, options_.encoder);
-  if (critic_encoder_) x = critic_encoder_->forward(x);
-  return critic_->forward(x).squeeze(-1);
+  return critic_encoder_ ? critic_encoder_->forward(x) : x;
+}
+
+torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller) {
+  if (critic_core_)
+    throw std::invalid_argument(std::string("ActorCritic::") + caller +
+                                ": the critic has a recurrent core (use Act or EvaluateSequence with its state)");
+  int64_t k = 1;
+  const torch::Tensor value = critic_->forward(CriticFeatures(obs, state, caller, &k)).squeeze(-1);
+  return k == 1 ? value : value.repeat_interleave(k);
 }
 
 ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic,
-                               bool with_value, const torch::Tensor& sde_noise) {
+                               bool with_value, const torch::Tensor& sde_noise, const torch::Tensor& core_state) {
   ActOutput out;
   // Acting needs only the actor: a centralised critic without its state leaves the value undefined.
-  if (with_value && (!options_.global_state || state.defined())) out.value = CriticValue(obs, state, "Act");
+  const bool run_critic = with_value && (!options_.global_state || state.defined());
+  torch::Tensor features = ActorFeatures(obs);
+  if (actor_core_) {
+    const int64_t batch = obs.size(0);
+    const int64_t size = core_state_size();
+    torch::Tensor before = core_state.defined()
+                               ? core_state
+                               : torch::zeros({batch, size}, obs.options().dtype(torch::kFloat32));
+    if (before.dim() != 2 || before.size(0) != batch || before.size(1) != size)
+      throw std::invalid_argument("ActorCritic::Act: core_state must be [" + std::to_string(batch) + ", " +
+                                  std::to_string(size) + "], got " + c10::str(before.sizes()));
+    const int64_t actor_size = actor_core_->state_size();
+    auto [output, actor_next] = actor_core_->Step(features, before.narrow(1, 0, actor_size));
+    features = output;
+    out.core_state = actor_next;
+    if (critic_core_) {
+      const torch::Tensor critic_before = before.narrow(1, actor_size, critic_core_->state_size());
+      torch::Tensor critic_next = critic_before;
+      if (run_critic) {
+        int64_t k = 1;
+        const torch::Tensor critic_in = CriticFeatures(obs, state, "Act", &k);
+        // k rows share a global state: the critic's state is the first row's, and its next state is all of theirs.
+        const torch::Tensor per_run = k == 1 ? critic_before : critic_before.view({batch / k, k, -1}).select(1, 0);
+        auto [critic_out, next] = critic_core_->Step(critic_in, per_run);
+        const torch::Tensor value = critic_->forward(critic_out).squeeze(-1);
+        out.value = k == 1 ? value : value.repeat_interleave(k);
+        critic_next = k == 1 ? next : next.repeat_interleave(k, 0);
+      }
+      out.core_state = torch::cat({actor_next, critic_next}, 1);
+    } else if (run_critic) {
+      out.value = CriticValue(obs, state, "Act");
+    }
+  } else if (run_critic) {
+    out.value = CriticValue(obs, state, "Act");
+  }
   if (options_.sde) {
-    const torch::Tensor latent = ActorLatent(ActorFeatures(obs));
+    const torch::Tensor latent = ActorLatent(features);
     const torch::Tensor mean = ActorHead(latent).to(torch::kFloat32);
     const torch::Tensor var = SdeVariance(latent);
     const torch::Tensor log_norm = var.log().sum(-1).mul_(0.5).add_(kHalfLog2Pi * static_cast<double>(mean.size(-1)));
@@ -240,7 +332,7 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
     out.logp = eps.square().sum(-1).mul_(-0.5).sub_(log_norm);
     return out;
   }
-  const torch::Tensor head = actor_->forward(ActorFeatures(obs));
+  const torch::Tensor head = actor_->forward(features);
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
     out.action = DrawCategorical(head, logp_all, deterministic);
@@ -283,12 +375,60 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
 
 EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tensor& state,
                                      const torch::Tensor& actions) {
-  const int64_t batch = obs.size(0);
-  EvalOutput out;
+  if (actor_core_)
+    throw std::invalid_argument("ActorCritic::Evaluate: the policy has a recurrent core (use EvaluateSequence)");
+  EvalOutput out = EvaluateActions(ActorFeatures(obs), actions);
   out.value = CriticValue(obs, state, "Evaluate");
+  return out;
+}
+
+EvalOutput ActorCriticImpl::EvaluateSequence(const torch::Tensor& obs, const torch::Tensor& state,
+                                             const torch::Tensor& actions, const torch::Tensor& core_state0,
+                                             const torch::Tensor& starts) {
+  if (!actor_core_)
+    throw std::invalid_argument("ActorCritic::EvaluateSequence: the policy has no recurrent core (use Evaluate)");
+  if (!starts.defined() || starts.dim() != 2)
+    throw std::invalid_argument("ActorCritic::EvaluateSequence: starts must be [L, B]");
+  const int64_t steps = starts.size(0);
+  const int64_t batch = starts.size(1);
+  if (obs.size(0) != steps * batch)
+    throw std::invalid_argument("ActorCritic::EvaluateSequence: " + std::to_string(obs.size(0)) +
+                                " observations for " + std::to_string(steps) + " steps of " + std::to_string(batch) +
+                                " sequences");
+  if (core_state0.dim() != 2 || core_state0.size(0) != batch || core_state0.size(1) != core_state_size())
+    throw std::invalid_argument("ActorCritic::EvaluateSequence: core_state0 must be [" + std::to_string(batch) + ", " +
+                                std::to_string(core_state_size()) + "], got " + c10::str(core_state0.sizes()));
+  const int64_t actor_size = actor_core_->state_size();
+  const torch::Tensor features =
+      actor_core_->Unroll(ActorFeatures(obs).view({steps, batch, -1}), core_state0.narrow(1, 0, actor_size), starts)
+          .reshape({steps * batch, -1});
+  EvalOutput out = EvaluateActions(features, actions);
+  if (!critic_core_) {
+    out.value = CriticValue(obs, state, "EvaluateSequence");
+    return out;
+  }
+  int64_t k = 1;
+  const torch::Tensor critic_in = CriticFeatures(obs, state, "EvaluateSequence", &k);
+  if (batch % k != 0)
+    throw std::invalid_argument("ActorCritic::EvaluateSequence: " + std::to_string(batch) +
+                                " sequences are not whole runs of " + std::to_string(k) + " rows sharing a state");
+  const int64_t runs = batch / k;
+  const torch::Tensor critic0 = core_state0.narrow(1, actor_size, critic_core_->state_size());
+  const torch::Tensor run0 = k == 1 ? critic0 : critic0.view({runs, k, -1}).select(1, 0);
+  const torch::Tensor run_starts = k == 1 ? starts : starts.view({steps, runs, k}).select(2, 0);
+  const torch::Tensor critic_out =
+      critic_core_->Unroll(critic_in.view({steps, runs, -1}), run0, run_starts).reshape({steps * runs, -1});
+  const torch::Tensor value = critic_->forward(critic_out).squeeze(-1);
+  out.value = k == 1 ? value : value.repeat_interleave(k);
+  return out;
+}
+
+EvalOutput ActorCriticImpl::EvaluateActions(const torch::Tensor& features, const torch::Tensor& actions) {
+  const int64_t batch = features.size(0);
+  EvalOutput out;
   if (options_.sde) {
     // N(mean, sqrt(var)) per dimension; var trains log_std only (z detached), the mean the whole actor.
-    const torch::Tensor latent = ActorLatent(ActorFeatures(obs));
+    const torch::Tensor latent = ActorLatent(features);
     const torch::Tensor mean = ActorHead(latent).to(torch::kFloat32);
     const int64_t dim = mean.size(-1);
     const torch::Tensor var = SdeVariance(latent);
@@ -298,7 +438,7 @@ EvalOutput ActorCriticImpl::Evaluate(const torch::Tensor& obs, const torch::Tens
     out.entropy = (half_log_var + (0.5 + kHalfLog2Pi)).sum(-1);
     return out;
   }
-  const torch::Tensor head = actor_->forward(ActorFeatures(obs));
+  const torch::Tensor head = actor_->forward(features);
   if (action_.is_discrete()) {
     const torch::Tensor logp_all = torch::log_softmax(head, -1);
     const torch::Tensor index = actions.reshape({batch, 1}).to(torch::kLong);

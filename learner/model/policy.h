@@ -26,6 +26,7 @@
 
 #include "common/space.h"
 #include "common/status.h"
+#include "learner/model/recurrent_core.h"
 
 namespace farm {
 
@@ -52,12 +53,19 @@ struct PolicyOptions {
   // Box actions: state-dependent exploration (the class comment); log_std is then [latent_size, action numel],
   // latent_size the input width of the actor's head. Part of the architecture (policy_spec.json "sde").
   bool sde = false;
+  // A recurrent core (ppo.core) of core_size units after the encoder, before the heads: the actor's, and with
+  // critic_core the critic's own (MAPPO style). Part of the architecture (policy_spec.json "core").
+  CoreKind core = CoreKind::kNone;
+  int64_t core_size = 128;
+  bool critic_core = true;
 };
 
 struct ActOutput {
   torch::Tensor action;  // int64 [B] (discrete), int64 [B, K] (multi-discrete) or float [B, A] (box, unclipped)
   torch::Tensor logp;    // float [B]
   torch::Tensor value;   // float [B]
+  // With a core: every row's state after this step, float32 [B, core_state_size()] (undefined without one).
+  torch::Tensor core_state;
 };
 
 struct EvalOutput {
@@ -82,15 +90,31 @@ class ActorCriticImpl : public torch::nn::Module {
   // with_value false: the critic is not run and `value` stays undefined (serving a policy never needs it).
   // sde only: `sde_noise` float32 [B, sde_latent_size(), action numel] holds each row's standard normal
   // matrix W (the noise is z . (W * sigma)); undefined: a fresh draw per row (the same distribution).
+  // With a core: `core_state` float32 [B, core_state_size()] is each row's state before this step (undefined:
+  // zero, every row at an episode's start); the output's core_state is the state after it. The critic's part of
+  // the state advances only when the critic runs (with_value, and its global state given when it takes one);
+  // otherwise it is passed through.
   ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic = false,
-                bool with_value = true, const torch::Tensor& sde_noise = {});
+                bool with_value = true, const torch::Tensor& sde_noise = {}, const torch::Tensor& core_state = {});
   ActOutput Act(const torch::Tensor& obs, bool deterministic = false) { return Act(obs, {}, deterministic); }
   // Log-probs, entropies and values of given actions, for the PPO loss. Throws std::invalid_argument when
   // the policy has a global state and `state` is undefined.
   EvalOutput Evaluate(const torch::Tensor& obs, const torch::Tensor& state, const torch::Tensor& actions);
   EvalOutput Evaluate(const torch::Tensor& obs, const torch::Tensor& actions) { return Evaluate(obs, {}, actions); }
-  // The critic's value [B]; the same rule for `state` as Evaluate.
+  // The critic's value [B]; the same rule for `state` as Evaluate. Feed-forward critics only (throws
+  // std::invalid_argument when the critic has a core).
   torch::Tensor Value(const torch::Tensor& obs, const torch::Tensor& state = {});
+  // With a core, the update's Evaluate: B sequences of L steps, rows time-major (row t * B + b is step t of
+  // sequence b) in `obs` [L * B, obs...], `actions` and `state` (the global state, [L * B / k, state...] as
+  // Evaluate takes it); `core_state0` [B, core_state_size()] each sequence's state before its first step;
+  // `starts` [L, B] nonzero where an episode starts (its state is zeroed first). Throws std::invalid_argument
+  // without a core (use Evaluate).
+  EvalOutput EvaluateSequence(const torch::Tensor& obs, const torch::Tensor& state, const torch::Tensor& actions,
+                              const torch::Tensor& core_state0, const torch::Tensor& starts);
+
+  bool has_core() const { return options_.core != CoreKind::kNone; }
+  // Floats of recurrent state per row: the actor core's, then the critic core's (0 without a core).
+  int64_t core_state_size() const;
 
   // Copies every parameter and buffer from `other` (same architecture).
   void CopyFrom(ActorCriticImpl& other);
@@ -108,6 +132,10 @@ class ActorCriticImpl : public torch::nn::Module {
   // The actor's head input (encoded observation) and the critic's value [B].
   torch::Tensor ActorFeatures(const torch::Tensor& obs);
   torch::Tensor CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller);
+  // The critic's encoded input [B / k, features] (k rows sharing a global state) and k.
+  torch::Tensor CriticFeatures(const torch::Tensor& obs, const torch::Tensor& state, const char* caller, int64_t* k);
+  // Log-probs and entropies of `actions` from the actor's head input `features` (after the core, if any).
+  EvalOutput EvaluateActions(const torch::Tensor& features, const torch::Tensor& actions);
   // sde: the actor's head input z [B, L] for `features`, and the head applied to it.
   torch::Tensor ActorLatent(const torch::Tensor& features);
   torch::Tensor ActorHead(const torch::Tensor& latent);
@@ -123,6 +151,10 @@ class ActorCriticImpl : public torch::nn::Module {
   torch::nn::Sequential critic_encoder_{nullptr};
   torch::nn::Sequential actor_{nullptr};
   torch::nn::Sequential critic_{nullptr};
+  // With a core: the mlp encoder's hidden layers move into actor_encoder_ / critic_encoder_ (the cnn's
+  // follow its conv stack there), the core comes next, and actor_ / critic_ are the heads alone.
+  RecurrentCore actor_core_{nullptr};
+  RecurrentCore critic_core_{nullptr};
   torch::Tensor log_std_;  // box only: [A], or [sde_latent_, A] with sde
   int64_t sde_latent_ = 0;
 };

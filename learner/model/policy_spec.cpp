@@ -166,6 +166,11 @@ std::string PolicySpecJson(const Space& obs, const Space& action, const std::vec
   j["encoder"] = EncoderName(options.encoder);
   j["global_state"] = options.global_state ? SpaceJson(*options.global_state) : ordered_json(nullptr);
   if (options.sde) j["sde"] = true;  // written only when set: older readers refuse an unknown key
+  if (options.core != CoreKind::kNone) {  // the same
+    j["core"] = CoreName(options.core);
+    j["core_size"] = options.core_size;
+    j["critic_core"] = options.critic_core;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -183,10 +188,11 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     if (key != "observation" && key != "action" && key != "hidden_sizes" && key != "encoder" &&
-        key != "global_state" && key != "sde")
+        key != "global_state" && key != "sde" && key != "core" && key != "core_size" && key != "critic_core")
       return Status::InvalidArgument(fmt::format(
-          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state, sde)", source,
-          key));
+          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state, sde, core, "
+          "core_size, critic_core)",
+          source, key));
   }
   for (const char* key : {"observation", "action", "hidden_sizes"}) {
     if (!j.contains(key)) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", source, key));
@@ -230,9 +236,29 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
       return Status::InvalidArgument(
           fmt::format("{}: sde: state-dependent exploration needs a box action, got {}", source, action->ToString()));
   }
+  if (j.contains("core")) {
+    if (!j["core"].is_string())
+      return Status::InvalidArgument(
+          fmt::format("{}: core: expected \"none\", \"gru\" or \"lstm\", got {}", source, j["core"].dump()));
+    if (auto s = ParseCore(j["core"].get<std::string>(), &parsed.core); !s.ok())
+      return Status::InvalidArgument(source + ": " + s.message());
+    if (parsed.core != CoreKind::kNone) {
+      if (!j.contains("core_size") || !j["core_size"].is_number_integer() || j["core_size"].get<int64_t>() <= 0)
+        return Status::InvalidArgument(fmt::format("{}: core_size: expected a positive integer with core {}, got {}",
+                                                   source, CoreName(parsed.core),
+                                                   j.contains("core_size") ? j["core_size"].dump() : "nothing"));
+      parsed.core_size = j["core_size"].get<int64_t>();
+      if (j.contains("critic_core")) {
+        if (!j["critic_core"].is_boolean())
+          return Status::InvalidArgument(
+              fmt::format("{}: critic_core: expected true or false, got {}", source, j["critic_core"].dump()));
+        parsed.critic_core = j["critic_core"].get<bool>();
+      }
+    }
+  }
   if (options) {
     *options = std::move(parsed);
-  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde) {
+  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde || parsed.core != CoreKind::kNone) {
     return Status::InvalidArgument(fmt::format(
         "{}: the policy has encoder {} and {}{}; this caller can only rebuild an mlp policy without a global state or "
         "sde",

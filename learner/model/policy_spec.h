@@ -17,7 +17,8 @@ namespace farm {
 // policy_spec.json: what ActorCritic's constructor needs, written by the
 // learner when it creates the policy:
 //   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64],
-//    "encoder": "mlp"|"cnn", "global_state": SPACE|null, "sde": true (only when set)}
+//    "encoder": "mlp"|"cnn", "global_state": SPACE|null, "sde": true (only when set),
+//    "core": "gru"|"lstm", "core_size": N, "critic_core": true|false (the three only with a core)}
 //   SPACE = {"kind": "discrete"|"multi_discrete"|"box", "shape": [..], "n": N,
 //            "nvec": [..] (multi_discrete only), "low": [..], "high": [..]}
 // A box's low/high hold numel() numbers each (n is 0); a discrete space has

@@ -128,6 +128,8 @@ int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t hea
   return widths;
 }
 
+int64_t CoreActivationFloats(int gates, int64_t size, int cores) { return cores * (gates + 3) * size; }
+
 RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu) {
   RunMemory m;
   m.on_gpu = on_gpu;
@@ -136,6 +138,8 @@ RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, boo
   m.optimizer = 3 * param_bytes;  // gradients, Adam's first and second moments
   const int64_t rollout = in.rows * ppo.rollout_length * in.bytes_per_row_step;
   m.store = (async ? 2 : 1) * rollout;
+  // Recurrent states, host memory: each row's (CoreStates) and the acting batch's copy of them.
+  m.store += 2 * in.rows * in.core_state_floats * 4;
   // The update's inputs (observations, states, actions, old log-probs and values on its device) and its own
   // advantages and returns: at most one more rollout's worth.
   m.update = rollout + in.rows * ppo.rollout_length * 8;

@@ -43,8 +43,14 @@ struct RunMemoryInputs {
   int64_t parameters = 0;                 // the policy's parameter count (actor, critic, log-std)
   int64_t bytes_per_row_step = 0;         // TrajectoryStore::bytes_per_row_step
   int64_t rows = 0;                       // agent rows of the workers joined, this one included
-  int64_t activation_floats_per_row = 0;  // ActivationFloatsPerRow
+  int64_t activation_floats_per_row = 0;  // ActivationFloatsPerRow (and, with a core, CoreActivationFloats)
+  int64_t core_state_floats = 0;          // with a recurrent core: floats of state per row (0 without)
 };
+
+// With a recurrent core (kind gru: 3 gates, lstm: 4) of `size` units on `cores` networks (the actor's, and the
+// critic's with ppo.critic_core): floats one row-step of the unrolled update keeps for the backward (the gates'
+// pre-activations, the state and the output).
+int64_t CoreActivationFloats(int gates, int64_t size, int cores);
 
 // Floats one row's forward leaves for the backward, actor and critic together: every hidden and output width,
 // and the cnn encoder's two conv maps per [C, H, W] input.

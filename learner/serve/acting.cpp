@@ -35,6 +35,19 @@ Acting::Acting(const FarmConfig& config, torch::Device device, Precision precisi
       sde_(policy_ && policy_->options().sde && !config.learner.deterministic && !config.learner.random_actions),
       span_(device) {
   if (use_state_) state_shape_ = policy_->options().global_state->shape;
+  if (policy_ && policy_->has_core() && !config.learner.random_actions)
+    core_states_ = std::make_unique<CoreStates>(policy_->core_state_size());
+}
+
+const float* Acting::CoreInput(int64_t row) const {
+  if (!core_states_) return nullptr;
+  return batch_core_.data_ptr<float>() + row * core_states_->state_size();
+}
+
+void Acting::CommitCoreState(const Work& w, const Output& out, int64_t row) {
+  if (!core_states_) return;
+  core_states_->Commit(w.identity, w.msg.step().group(), w.rows,
+                       out.core_state.data_ptr<float>() + row * core_states_->state_size());
 }
 
 int64_t Acting::Rows(const std::vector<Work*>& steps) {
@@ -126,6 +139,24 @@ void Acting::Gather(const std::vector<Work*>& steps, int64_t rows) {
   }
   std::fill(dst, dst + (padded_rows_ - rows) * obs_numel, 0.0f);
   if (sde_) GatherSdeNoise(steps);
+  if (core_states_) {
+    const int64_t width = core_states_->state_size();
+    if (!batch_core_.defined() || batch_core_.size(0) < padded_rows_) {
+      batch_core_ = torch::empty({std::max<int64_t>(padded_rows_, config_.batcher.max_rows), width}, torch::kFloat32);
+      if (device_.is_cuda()) batch_core_ = batch_core_.pin_memory();
+    }
+    // The requests' rows, then their final observations' (the truncated rows' states before the reset), as the
+    // observations were gathered.
+    float* cdst = batch_core_.data_ptr<float>();
+    float* final_dst = cdst;
+    for (const Work* w : steps) final_dst += w->rows * width;
+    for (const Work* w : steps) {
+      core_states_->Gather(w->identity, w->msg.step(), w->rows, cdst, final_dst);
+      cdst += w->rows * width;
+      final_dst += w->msg.step().final_obs_index_size() * width;
+    }
+    std::fill(final_dst, batch_core_.data_ptr<float>() + padded_rows_ * width, 0.0f);
+  }
   // The critic's global states in the same order: each request's, then the final ones, one per env as they
   // come (the critic runs once per env, eagerly or in the CUDA graphs). Serving without training needs only the
   // actor: no states, no critic (the graphs were captured with them, so they keep them).
@@ -206,14 +237,19 @@ Acting::Output Acting::Forward(int64_t rows) {
     // Values are used only to train: a learner that only serves (learner.train false) skips the critic.
     torch::Tensor noise;
     if (sde_) noise = batch_noise_.narrow(0, 0, padded).to(device_, /*non_blocking=*/true);
-    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic, /*with_value=*/recording_, noise);
+    torch::Tensor core;
+    if (core_states_) core = batch_core_.narrow(0, 0, padded).to(device_, /*non_blocking=*/true);
+    out = policy_->Act(obs.view(shape), state, config_.learner.deterministic, /*with_value=*/recording_, noise,
+                       core);
   }
   // The padding's rows are dropped before the copies back to the host. Undefined values only when serving a
   // centralised critic's policy without states: values are used only to train.
   torch::Tensor action = out.action.narrow(0, 0, rows);
   torch::Tensor logp = out.logp.narrow(0, 0, rows).to(torch::kFloat32);
   torch::Tensor value = out.value.defined() ? out.value.narrow(0, 0, rows).to(torch::kFloat32) : torch::Tensor();
+  torch::Tensor core_state = out.core_state.defined() ? out.core_state.narrow(0, 0, rows) : torch::Tensor();
   if (!cuda) {
+    if (core_state.defined()) result.core_state = core_state.contiguous();
     result.action = action.contiguous();
     result.logp = logp.contiguous();
     result.value = value.defined() ? value.contiguous() : torch::zeros({rows});
@@ -229,6 +265,7 @@ Acting::Output Acting::Forward(int64_t rows) {
   result.action = to_host(action);
   result.logp = to_host(logp);
   result.value = value.defined() ? to_host(value) : torch::zeros({rows});
+  if (core_state.defined()) result.core_state = to_host(core_state);
   span_.End();  // Finish waits for the stream to pass it
   return result;
 }

@@ -7,7 +7,9 @@
 // clipping box actions to their bounds. With state-dependent exploration
 // (ppo.sde) it draws each env's noise matrix, held for ppo.sde_sample_freq of
 // the env's steps: a function of (run seed, worker, group, row, seq /
-// sde_sample_freq), so nothing is stored per env.
+// sde_sample_freq), so nothing is stored per env. With a recurrent core
+// (ppo.core) it gathers every row's state from CoreStates into the batch and
+// hands the states after the step back when the request is answered.
 //
 // Threading: owned by the inference thread.
 #pragma once
@@ -25,6 +27,7 @@
 #include "learner/model/amp.h"
 #include "learner/model/cuda_graph.h"
 #include "learner/model/policy.h"
+#include "learner/serve/core_states.h"
 #include "learner/serve/work.h"
 
 namespace farm {
@@ -43,6 +46,7 @@ class Acting {
     torch::Tensor action;  // int64 [rows] or [rows, K], float [rows, ...] (unclipped); on the CPU
     torch::Tensor logp;    // float [rows]
     torch::Tensor value;   // float [rows] (zeros when not needed)
+    torch::Tensor core_state;  // with a core: float [rows, core state] after the step; on the CPU
     // CUDA: of the forward's wall time, the part spent waiting for the device's results (the one
     // synchronisation), and the device's own time for the batch (CUDA events: copies in, forward, copies out);
     // both 0 on the CPU.
@@ -74,6 +78,18 @@ class Acting {
 
   ActorCritic& policy() { return policy_; }
 
+  // With a core (null without): every row's state.
+  const CoreStates* core_states() const { return core_states_.get(); }
+  // The gathered state before the step of the batch's row `row` (Gather's order), [core state] floats; null
+  // without a core.
+  const float* CoreInput(int64_t row) const;
+  // `w` (rows [row, row + w.rows) of `out`) was answered: its rows' states advance.
+  void CommitCoreState(const Work& w, const Output& out, int64_t row);
+  // A worker is gone: its rows' states are dropped.
+  void DropCoreStates(const std::string& identity) {
+    if (core_states_) core_states_->Drop(identity);
+  }
+
  private:
   // CUDA's eager forward pads a batch of `units` (rows, or envs) to one of a few sizes.
   static int64_t PaddedRows(int64_t units);
@@ -104,6 +120,8 @@ class Acting {
   torch::Tensor batch_states_view_;  // the gathered states of the batch (undefined when not needed)
   const bool sde_;                   // the policy samples with held noise matrices (ppo.sde, not deterministic)
   torch::Tensor batch_noise_;        // sde: [rows, latent, action numel] standard normals, preallocated
+  std::unique_ptr<CoreStates> core_states_;  // with a core
+  torch::Tensor batch_core_;         // with a core: [rows, core state], the states before the step, preallocated
   DeviceSpan span_;                  // CUDA: the device's time for each batch
   Output pending_;                   // launched, not finished
   bool launched_ = false;

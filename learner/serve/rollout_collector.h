@@ -23,8 +23,10 @@ class RolloutCollector {
  public:
   RolloutCollector(const FarmConfig& config, bool recording) : config_(config), recording_(recording) {}
 
-  // The store, once the first Hello has sized it.
-  void CreateStore(int64_t obs_numel, const Space& action, int64_t state_numel, int agents_per_env);
+  // The store, once the first Hello has sized it; core_numel: floats of recurrent state per row (0: no core),
+  // kept every ppo.bptt steps.
+  void CreateStore(int64_t obs_numel, const Space& action, int64_t state_numel, int agents_per_env,
+                   int64_t core_numel = 0);
   bool has_store() const { return store_ != nullptr; }
   TrajectoryStore& store() { return *store_; }
   const TrajectoryStore& store() const { return *store_; }

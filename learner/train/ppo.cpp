@@ -3,6 +3,7 @@
 #include "learner/train/ppo.h"
 
 #include "learner/model/cuda_graph.h"
+#include "learner/train/ppo_chunks.h"
 #include "learner/train/ppo_fused.h"
 #include "learner/train/ppo_graph.h"
 
@@ -184,7 +185,10 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
     throw std::invalid_argument("PpoTrainer: ppo.fused_update must be auto, on or off, got '" + mode + "'");
   if (mode != "off") {
     // The fused update knows only the MLPs on the observation: not a critic on a global state, not the cnn.
-    Status s = policy_->has_global_state()
+    Status s = policy_->has_core()
+                   ? Status::InvalidArgument(std::string("the fused update has no recurrent core (ppo.core is ") +
+                                             CoreName(policy_->options().core) + ")")
+               : policy_->has_global_state()
                    ? Status::InvalidArgument(
                          "the fused update has no centralised critic (the policy has a global state)")
                : policy_->encoder() != Encoder::kMlp
@@ -201,7 +205,10 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
   if (graph != "auto" && graph != "on" && graph != "off")
     throw std::invalid_argument("PpoTrainer: ppo.graph_update must be auto, on or off, got '" + graph + "'");
   if (!fused_ && graph != "off") {
-    const Status s = GraphedPpoStep::Check(precision_, *optimizer_);
+    Status s = GraphedPpoStep::Check(precision_, *optimizer_);
+    if (s.ok() && policy_->has_core())
+      s = Status::InvalidArgument(std::string("the graphed step has no recurrent core (ppo.core is ") +
+                                  CoreName(policy_->options().core) + ")");
     if (graph == "on" && !s.ok())
       throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but " + s.message() +
                                   " (set ppo.graph_update to auto or off)");
@@ -280,7 +287,9 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
                                       std::to_string(envs) + ", rows_per_state=" + std::to_string(k)
                                     : "PpoTrainer::Update: states given, but the policy has no global state");
   }
-  const int64_t units = batch / k;
+  // With a core the units are chunks of rollout.bptt steps (runs of k of them): T / bptt per row.
+  const bool recurrent = policy_->has_core();
+  const int64_t units = recurrent && rollout.bptt > 0 ? batch / k / rollout.bptt : batch / k;
 
   std::vector<torch::Tensor> params = policy_->parameters();
   const torch::Device device = params.front().device();
@@ -304,6 +313,8 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   const torch::Tensor b_advantages = flat(gae.advantages);
   const torch::Tensor b_returns = flat(gae.returns);
   const PpoRows rows{b_obs, b_states, b_actions, b_logp, b_values, b_advantages, b_returns};
+  PpoChunks chunks;
+  if (recurrent) chunks = MakeChunks(rollout, gae, device);
 
   if (fused_) {  // never with states (see the constructor)
     fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
@@ -324,7 +335,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   };
 
   // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
-  if (use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
+  if (!recurrent && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
     if (!graphed_)
       graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
     const int64_t per_minibatch = units / num_minibatches;
@@ -364,7 +375,10 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
       const int64_t begin = mb * units / num_minibatches;
       const int64_t end = (mb + 1) * units / num_minibatches;
-      const PpoLoss loss = MinibatchLoss(*policy_, rows, perm.slice(0, begin, end), k, arange_k, precision_, config_);
+      const torch::Tensor unit_idx = perm.slice(0, begin, end);
+      const PpoLoss loss = recurrent
+                               ? ChunkMinibatchLoss(*policy_, chunks, unit_idx, k, arange_k, precision_, config_)
+                               : MinibatchLoss(*policy_, rows, unit_idx, k, arange_k, precision_, config_);
       // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
       optimizer_->zero_grad();
       scaler_.Scale(loss.total).backward();

@@ -35,6 +35,10 @@ struct Rollout {
   torch::Tensor rewards;   // float [T, N] (truncation bootstrap already added)
   torch::Tensor dones;     // float [T, N] 1 when the episode ended at this step
   torch::Tensor last_value;  // float [N] value of the observation after step T-1
+  // With a recurrent core: float [T / bptt, N, core state], each row's state at the start of each chunk of
+  // bptt steps (undefined, and bptt 0, without one).
+  torch::Tensor core_states;
+  int64_t bptt = 0;
 };
 
 struct Advantages {

@@ -75,7 +75,7 @@ int64_t ArenaPool::mapped_bytes() const {
 // state_numel]; bootstrap [rows]), 64-byte aligned, in one mapping from the pool.
 struct TrajectoryStore::Arena {
   Arena(std::shared_ptr<ArenaPool> pool, int64_t T, int64_t rows, int64_t envs, int64_t obs_numel,
-        int64_t state_numel, int64_t action_numel)
+        int64_t state_numel, int64_t action_numel, int64_t chunks, int64_t core_numel)
       : pool(std::move(pool)), rows(rows), envs(envs) {
     std::size_t offset = 0;
     auto take = [&](std::size_t bytes) {
@@ -93,6 +93,7 @@ struct TrajectoryStore::Arena {
     const std::size_t o_done = take(n * sizeof(float));
     const std::size_t o_version = take(n * sizeof(int64_t));
     const std::size_t o_bootstrap = take(static_cast<std::size_t>(rows) * sizeof(float));
+    const std::size_t o_core = take(static_cast<std::size_t>(chunks * rows * core_numel) * sizeof(float));
     base = static_cast<char*>(this->pool->Acquire(offset, &capacity));
     obs = reinterpret_cast<float*>(base + o_obs);
     state = reinterpret_cast<float*>(base + o_state);
@@ -103,6 +104,7 @@ struct TrajectoryStore::Arena {
     done = reinterpret_cast<float*>(base + o_done);
     version = reinterpret_cast<int64_t*>(base + o_version);
     bootstrap = reinterpret_cast<float*>(base + o_bootstrap);
+    core = reinterpret_cast<float*>(base + o_core);
   }
   ~Arena() { pool->Release(base, capacity); }
   Arena(const Arena&) = delete;
@@ -123,12 +125,13 @@ struct TrajectoryStore::Arena {
   float* done;
   int64_t* version;
   float* bootstrap;
+  float* core;  // [chunks, rows, core_numel]: the core states at each chunk's start
 };
 
 // ---------------------------------------------------------------- TrajectoryStore
 
 TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, const Space& action, int64_t state_numel,
-                                 int agents_per_env)
+                                 int agents_per_env, int64_t core_numel, int64_t bptt)
     : T_(rollout_length),
       obs_numel_(obs_numel),
       integer_actions_(action.is_categorical()),
@@ -136,12 +139,19 @@ TrajectoryStore::TrajectoryStore(int64_t rollout_length, int64_t obs_numel, cons
       action_shape_(action.shape),
       state_numel_(state_numel),
       agents_(std::max(agents_per_env, 1)),
-      pool_(std::make_shared<ArenaPool>()) {}
+      core_numel_(core_numel),
+      bptt_(core_numel > 0 ? bptt : 0),
+      pool_(std::make_shared<ArenaPool>()) {
+  if (core_numel_ > 0 && (bptt_ <= 0 || T_ % bptt_ != 0))
+    throw std::invalid_argument("TrajectoryStore: bptt " + std::to_string(bptt) + " must divide the rollout length " +
+                                std::to_string(T_));
+}
 
 TrajectoryStore::~TrajectoryStore() = default;
 
 std::shared_ptr<TrajectoryStore::Arena> TrajectoryStore::NewArena(int64_t rows) {
-  return std::make_shared<Arena>(pool_, T_, rows, rows / agents_, obs_numel_, state_numel_, action_numel_);
+  return std::make_shared<Arena>(pool_, T_, rows, rows / agents_, obs_numel_, state_numel_, action_numel_,
+                                 core_numel_ > 0 ? T_ / bptt_ : 0, core_numel_);
 }
 
 int TrajectoryStore::AddGroup(int rows) {
@@ -220,7 +230,7 @@ void TrajectoryStore::RecordInputs(int group, const float* obs, const float* sta
 }
 
 void TrajectoryStore::RecordOutputs(int group, const void* actions, const float* logp, const float* value,
-                                    int64_t policy_version) {
+                                    int64_t policy_version, const float* core_state) {
   if (!groups_[group].arena) PlaceGroups();
   Group& g = groups_[group];
   Arena& a = *g.arena;
@@ -235,6 +245,12 @@ void TrajectoryStore::RecordOutputs(int group, const void* actions, const float*
   CopyRows(a.logp, 1, a.rows, t, g.col, g.rows, logp);
   CopyRows(a.value, 1, a.rows, t, g.col, g.rows, value);
   std::fill_n(a.version + t * a.rows + g.col, g.rows, policy_version);
+  if (core_numel_ > 0 && t % bptt_ == 0) {
+    if (core_state == nullptr)
+      throw std::invalid_argument("TrajectoryStore::RecordOutputs: step " + std::to_string(t) +
+                                  " starts a chunk, but no core state was given");
+    CopyRows(a.core, core_numel_, a.rows, t / bptt_, g.col, g.rows, core_state);
+  }
   copy_.record_bytes += static_cast<int64_t>(sizeof(int64_t)) * g.rows;
   g.pending = true;
 }
@@ -278,7 +294,8 @@ int64_t TrajectoryStore::bytes() const { return pool_->mapped_bytes(); }
 
 int64_t TrajectoryStore::bytes_per_row_step() const {
   return static_cast<int64_t>(sizeof(float)) * obs_numel_ + 8 * action_numel_ + 4 * 4 + 8 +
-         static_cast<int64_t>(sizeof(float)) * state_numel_ / agents_;
+         static_cast<int64_t>(sizeof(float)) * state_numel_ / agents_ +
+         (core_numel_ > 0 ? static_cast<int64_t>(sizeof(float)) * core_numel_ / bptt_ : 0);
 }
 
 Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag,
@@ -327,6 +344,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
       gather(arena->done, s.done, 1, N, s.rows, col, g.col, g.rows, T_);
       gather(arena->version, s.version, 1, N, s.rows, col, g.col, g.rows, T_);
       gather(arena->bootstrap, s.bootstrap, 1, N, s.rows, col, g.col, g.rows, 1);
+      if (core_numel_ > 0) gather(arena->core, s.core, core_numel_, N, s.rows, col, g.col, g.rows, T_ / bptt_);
       col += g.rows;
     }
     copy_.take_gather_bytes += gathered;
@@ -371,6 +389,10 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   r.rewards = view(arena->reward, {T_, N}, f32);
   r.dones = view(arena->done, {T_, N}, f32);
   r.last_value = view(arena->bootstrap, {N}, f32);
+  if (core_numel_ > 0) {
+    r.core_states = view(arena->core, {T_ / bptt_, N, core_numel_}, f32);
+    r.bptt = bptt_;
+  }
 
   // Every group starts afresh, placed in a new shared arena at the next record.
   shared_.reset();

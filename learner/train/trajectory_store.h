@@ -3,6 +3,9 @@
 // contiguous columns, so recording one group's step is one contiguous copy
 // per field. With a centralised critic the global state is kept once per
 // env ([T, E, state...], E = N / agents_per_env), not once per agent row.
+// With a recurrent core it keeps each row's core state at the start of every
+// chunk of bptt steps ([T / bptt, N, core state]): the update re-runs the
+// core from there.
 //
 // Where the data lives. A rollout's arrays are one RolloutArena (an anonymous
 // mapping of its own), laid out exactly as the trainer reads them, so that in
@@ -79,8 +82,10 @@ class TrajectoryStore {
   // Actions are kept as `action` says: one int64 per step (discrete), action.numel() int64s (multi-discrete)
   // or floats (box). state_numel: floats of the global state kept per env for a centralised critic (0: none);
   // agents_per_env: rows per env (a group's rows are whole envs, and Take's states are [T, N / agents, ...]).
+  // core_numel: floats of recurrent state per row (0: no core), kept every `bptt` steps (bptt divides
+  // rollout_length).
   TrajectoryStore(int64_t rollout_length, int64_t obs_numel, const Space& action, int64_t state_numel = 0,
-                  int agents_per_env = 1);
+                  int agents_per_env = 1, int64_t core_numel = 0, int64_t bptt = 0);
   ~TrajectoryStore();
   TrajectoryStore(const TrajectoryStore&) = delete;
   TrajectoryStore& operator=(const TrajectoryStore&) = delete;
@@ -113,7 +118,10 @@ class TrajectoryStore {
   // RecordStep in two halves, for a caller that copies the inputs while the forward runs on a device: the inputs
   // (observations, states), then the forward's outputs, which complete the step. Same arguments as RecordStep.
   void RecordInputs(int group, const float* obs, const float* states = nullptr, bool inputs_written = false);
-  void RecordOutputs(int group, const void* actions, const float* logp, const float* value, int64_t policy_version);
+  // `core_state` [rows, core_numel]: the rows' core states before this step, kept when the step starts a chunk
+  // (ignored, and may be null, otherwise or without a core).
+  void RecordOutputs(int group, const void* actions, const float* logp, const float* value, int64_t policy_version,
+                     const float* core_state = nullptr);
   // Where the group's next RecordStep will put its observations ([rows, obs numel]) and states ([rows /
   // agents_per_env, state numel]; null when the store keeps none), so that a caller may write them beforehand
   // (then RecordStep(..., inputs_written)). `ahead` 1: after the pending step's outcome (RecordOutcome) is
@@ -174,6 +182,8 @@ class TrajectoryStore {
   const std::vector<int64_t> action_shape_;  // per step: {} (discrete), {K}, or the box's shape
   const int64_t state_numel_;   // 0: no states
   const int agents_;
+  const int64_t core_numel_;  // 0: no core
+  const int64_t bptt_;        // with a core: steps per chunk
   std::shared_ptr<ArenaPool> pool_;
   std::shared_ptr<Arena> shared_;  // the arena the groups present at the last placement share (null: none)
   int64_t num_rows_ = 0;

@@ -1,0 +1,42 @@
+// The PPO update's view of a rollout for a policy with a recurrent core: the
+// T steps of each row cut into T / bptt chunks of bptt steps, every chunk a
+// sequence that the update re-runs through the core from the state the
+// acting policy had at its start (TrajectoryStore keeps it), zeroing the
+// state where an episode starts inside the chunk. Minibatches are whole
+// chunks; with k rows sharing a global state (an env's agents), whole runs of
+// k chunks, so that the critic sees each env's state sequence once.
+//
+// Threading: plain data and free functions.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "common/config.h"
+#include "learner/model/amp.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
+
+namespace farm {
+
+// Every field is step-major within a chunk: [L, C * N, ...] (L = bptt, C = T / L chunks of N rows; column
+// c * N + n is chunk c of row n), on the policy's device.
+struct PpoChunks {
+  int64_t steps = 0;      // L
+  int64_t columns = 0;    // C * N
+  torch::Tensor obs;      // [L, C * N, obs...]
+  torch::Tensor states;   // [L, C * N / k, state...] (undefined without a global state)
+  torch::Tensor actions;  // [L, C * N] or [L, C * N, A]
+  torch::Tensor logp, values, advantages, returns;  // [L, C * N]
+  torch::Tensor starts;   // [L, C * N] 1 where an episode starts at that step (the previous one ended)
+  torch::Tensor core0;    // [C * N, core state]: each chunk's state before its first step
+};
+
+// Throws std::invalid_argument when the rollout has no core states or its bptt does not divide T.
+PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Device device);
+
+// One minibatch's loss over the chunk runs `unit_idx` (unit u: columns u * k .. u * k + k - 1), as MinibatchLoss
+// does it for rows.
+PpoLoss ChunkMinibatchLoss(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx, int64_t k,
+                           const torch::Tensor& arange_k, Precision precision, const PpoConfig& config);
+
+}  // namespace farm
