@@ -1,8 +1,12 @@
-// CartPole-v1: Gymnasium's Euler-integrated cart-pole, registered as "CartPole-v1".
+// CartPole-v1: Gymnasium's Euler-integrated cart-pole, registered as "CartPole-v1"; and
+// "CartPoleNoVel-v1", the same env observed without its velocities.
 #include "worker/envs/cartpole.h"
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "worker/random.h"
 
@@ -58,5 +62,44 @@ std::unique_ptr<Env> MakeCartPole(const EnvOptions& /*options*/, uint64_t seed) 
 }
 
 FARM_REGISTER_ENV("CartPole-v1", EnvOptions{}, CartPoleSpec, MakeCartPole);
+
+// ---------------------------------------------------------------------------
+// CartPoleNoVel-v1: the wrapped CartPole steps; only the observation differs.
+
+CartPoleNoVel::CartPoleNoVel(uint64_t seed) : cartpole_(seed) {}
+
+void CartPoleNoVel::WriteObs(float* obs) const {
+  for (std::size_t k = 0; k < kObserved.size(); ++k) obs[k] = full_obs_[kObserved[k]];
+}
+
+void CartPoleNoVel::reset(float* obs) {
+  cartpole_.reset(full_obs_.data());
+  WriteObs(obs);
+}
+
+StepResult CartPoleNoVel::step(const ActionRef& action, float* obs) {
+  const StepResult result = cartpole_.step(action, full_obs_.data());
+  WriteObs(obs);
+  return result;
+}
+
+EnvSpec CartPoleNoVelSpec(const EnvOptions& resolved) {
+  EnvSpec spec = CartPoleSpec(resolved);  // CartPole-v1's action, time limit and threshold
+  spec.name = "CartPoleNoVel-v1";
+  std::vector<float> low, high;
+  for (int k : CartPoleNoVel::kObserved) {
+    low.push_back(spec.observation.low[k]);
+    high.push_back(spec.observation.high[k]);
+  }
+  const int64_t numel = static_cast<int64_t>(low.size());  // before the moves below
+  spec.observation = Space::Box({numel}, std::move(low), std::move(high));
+  return spec;
+}
+
+std::unique_ptr<Env> MakeCartPoleNoVel(const EnvOptions& /*options*/, uint64_t seed) {
+  return std::make_unique<CartPoleNoVel>(seed);
+}
+
+FARM_REGISTER_ENV("CartPoleNoVel-v1", EnvOptions{}, CartPoleNoVelSpec, MakeCartPoleNoVel);
 
 }  // namespace farm

@@ -1,5 +1,6 @@
 // CartPole-v1 with Gymnasium's dynamics, constants and bounds (Barto, Sutton &
-// Anderson 1983; gymnasium/envs/classic_control/cartpole.py).
+// Anderson 1983; gymnasium/envs/classic_control/cartpole.py), and
+// CartPoleNoVel-v1, the same env with the velocities hidden.
 #pragma once
 
 #include <array>
@@ -50,5 +51,40 @@ class CartPole : public Env {
 // CartPole-v1 takes no options: its defaults are empty and its spec is fixed.
 EnvSpec CartPoleSpec(const EnvOptions& resolved);
 std::unique_ptr<Env> MakeCartPole(const EnvOptions& resolved, uint64_t seed);
+
+// CartPoleNoVel-v1: CartPole-v1 with the two velocities removed from the
+// observation, a partially observable task for recurrent policies (ppo.core),
+// as rl-baselines3-zoo's CartPoleNoVel-v1 (CartPole-v1 behind a velocity
+// mask) that SB3-contrib's RecurrentPPO is benchmarked on. The observation is
+// [x, theta]: elements 0 and 2 of CartPole-v1's. Everything else is
+// CartPole-v1's, by construction: it wraps a CartPole (the same dynamics, reset
+// draws for a seed, reward of 1 per step, termination) and its spec is
+// CartPoleSpec's with the observation cut down (Discrete(2), the 500-step time
+// limit, reward_threshold 475). One observation holds no velocity, so a
+// memoryless policy sees only where the pole is, not where it is going.
+class CartPoleNoVel : public Env {
+ public:
+  // The elements of CartPole-v1's observation that this one keeps, in order.
+  static constexpr std::array<int, 2> kObserved = {0, 2};  // x, theta
+
+  explicit CartPoleNoVel(uint64_t seed);
+
+  void reset(float* obs) override;
+  StepResult step(const ActionRef& action, float* obs) override;
+
+  // For tests: the wrapped CartPole-v1 (its full state, SetState).
+  CartPole& cartpole() { return cartpole_; }
+
+ private:
+  void WriteObs(float* obs) const;
+
+  CartPole cartpole_;
+  std::array<float, 4> full_obs_{};  // the wrapped env's observation
+};
+
+// No options, like CartPole-v1. The spec is CartPoleSpec's with the
+// observation Box [2] of CartPole-v1's bounds for x and theta.
+EnvSpec CartPoleNoVelSpec(const EnvOptions& resolved);
+std::unique_ptr<Env> MakeCartPoleNoVel(const EnvOptions& resolved, uint64_t seed);
 
 }  // namespace farm
