@@ -108,6 +108,34 @@ TEST_CASE("a recurrent core's chunk equals LibTorch's cell stepped with resets, 
   }
 }
 
+TEST_CASE("two cores unrolled as one batch equal two unrolls, values and gradients", "[core]") {
+  for (CoreKind kind : {CoreKind::kGru, CoreKind::kLstm}) {
+    INFO(CoreName(kind));
+    torch::manual_seed(8);
+    RecurrentCore a(kind, 5, 6), b(kind, 5, 6);
+    const int64_t L = 5, B = 3;
+    const torch::Tensor xa = torch::randn({L, B, 5}), xb = torch::randn({L, B, 5});
+    const torch::Tensor sa = torch::randn({B, a->state_size()}), sb = torch::randn({B, a->state_size()});
+    torch::Tensor starts = torch::zeros({L, B});
+    starts[2][1] = 1;
+    const torch::Tensor w = torch::randn({L, B, 6});
+    auto [pa, pb] = RecurrentCoreImpl::UnrollPair(*a, *b, xa, xb, sa, sb, starts);
+    (pa * w + pb * w * 2).sum().backward();
+    std::vector<torch::Tensor> pair_grads;
+    for (auto* m : {&a, &b})
+      for (const auto& p : (*m)->parameters()) pair_grads.push_back(p.grad().clone());
+    a->zero_grad();
+    b->zero_grad();
+    const torch::Tensor ua = a->Unroll(xa, sa, starts), ub = b->Unroll(xb, sb, starts);
+    CHECK(Close(pa, ua));
+    CHECK(Close(pb, ub));
+    (ua * w + ub * w * 2).sum().backward();
+    std::size_t i = 0;
+    for (auto* m : {&a, &b})
+      for (const auto& p : (*m)->parameters()) CHECK(Close(p.grad(), pair_grads[i++], 1e-4));
+  }
+}
+
 TEST_CASE("a recurrent policy's update re-runs a chunk to the log-probs and values it acted with", "[core]") {
   const Space obs = Space::Box({4}, {-1}, {1});
   for (bool critic_core : {true, false}) {

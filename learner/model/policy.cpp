@@ -399,16 +399,26 @@ EvalOutput ActorCriticImpl::EvaluateSequence(const torch::Tensor& obs, const tor
     throw std::invalid_argument("ActorCritic::EvaluateSequence: core_state0 must be [" + std::to_string(batch) + ", " +
                                 std::to_string(core_state_size()) + "], got " + c10::str(core_state0.sizes()));
   const int64_t actor_size = actor_core_->state_size();
-  const torch::Tensor features =
-      actor_core_->Unroll(ActorFeatures(obs).view({steps, batch, -1}), core_state0.narrow(1, 0, actor_size), starts)
-          .reshape({steps * batch, -1});
+  const torch::Tensor actor_in = ActorFeatures(obs).view({steps, batch, -1});
+  const torch::Tensor actor0 = core_state0.narrow(1, 0, actor_size);
+  int64_t k = 1;
+  const torch::Tensor critic_in =
+      critic_core_ ? CriticFeatures(obs, state, "EvaluateSequence", &k) : torch::Tensor();
+  if (critic_core_ && k == 1) {
+    // Actor and critic cores side by side: one batched unroll.
+    auto [actor_out, critic_out] = RecurrentCoreImpl::UnrollPair(
+        *actor_core_, *critic_core_, actor_in, critic_in.view({steps, batch, -1}), actor0,
+        core_state0.narrow(1, actor_size, critic_core_->state_size()), starts);
+    EvalOutput out = EvaluateActions(actor_out.reshape({steps * batch, -1}), actions);
+    out.value = critic_->forward(critic_out.reshape({steps * batch, -1})).squeeze(-1);
+    return out;
+  }
+  const torch::Tensor features = actor_core_->Unroll(actor_in, actor0, starts).reshape({steps * batch, -1});
   EvalOutput out = EvaluateActions(features, actions);
   if (!critic_core_) {
     out.value = CriticValue(obs, state, "EvaluateSequence");
     return out;
   }
-  int64_t k = 1;
-  const torch::Tensor critic_in = CriticFeatures(obs, state, "EvaluateSequence", &k);
   if (batch % k != 0)
     throw std::invalid_argument("ActorCritic::EvaluateSequence: " + std::to_string(batch) +
                                 " sequences are not whole runs of " + std::to_string(k) + " rows sharing a state");

@@ -43,6 +43,14 @@ class RecurrentCoreImpl : public torch::nn::Module {
   // given, gets the state after the last step.
   torch::Tensor Unroll(const torch::Tensor& x, const torch::Tensor& state0, const torch::Tensor& starts,
                        torch::Tensor* last_state = nullptr);
+  // Two cores over inputs of the same shape with the same episode starts (the actor's and the critic's): the
+  // outputs of a.Unroll(xa, state_a, starts) and b.Unroll(xb, state_b, starts), computed as one batch of two,
+  // which halves the update's kernels on its sequential path. Cores of different kinds or widths are unrolled
+  // one after the other.
+  static std::pair<torch::Tensor, torch::Tensor> UnrollPair(RecurrentCoreImpl& a, RecurrentCoreImpl& b,
+                                                            const torch::Tensor& xa, const torch::Tensor& xb,
+                                                            const torch::Tensor& state_a, const torch::Tensor& state_b,
+                                                            const torch::Tensor& starts);
 
  private:
   // The next state from a step's input projection `gi` [B, gates * size] and the state.
