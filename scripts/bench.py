@@ -21,6 +21,11 @@ Cases (--cases, comma-separated; default all):
               numpy path (scripts/bench_python.py), then the numpy multi-UAV
               example (examples/python/uav_coverage.yaml) at 1 to 64 workers,
               as scale does
+  recurrent   the cost of a recurrent core (ppo.core): CPU training env steps/s on
+              CartPoleNoVel-v1 with configs/cartpole_fast.yaml's settings and a
+              GRU of 64 against the same without a core, and the learner's
+              served rows/s at batch 1,024 with a GRU against the MLP's; ratios
+              from runs side by side
   learning    every built-in env's config over seeds 1-3 at the references' step
               budgets: final and best 100-episode mean, steps and seconds to the
               target, farm-eval's deterministic mean (scripts/bench_learning.py;
@@ -37,7 +42,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "learning"]
+CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "recurrent", "learning"]
 SLOW_CASES = ("scale", "python", "learning")  # minutes each: run only when named
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -161,6 +166,46 @@ class Bench:
                 "time_to_solve_incl_start_s": median([r["time_to_solve_incl_start_s"] for r in runs]),
                 "solved_runs": sum(1 for r in runs if r["solved_at_steps"] is not None),
                 "runs": runs}
+
+    def recurrent(self, workers):
+        """A GRU's cost against the same settings without a core: training and serving, pairs run side by side."""
+        secs = 6 if self.quick else 12
+        fast = os.path.join(ROOT, "configs", "cartpole_fast.yaml")
+        base = ["env.name=CartPoleNoVel-v1", "stop_at_target=false", "total_env_steps=1000000000000",
+                f"max_wall_seconds={secs}"]
+        gru = ["ppo.core=gru", "ppo.core_size=64", "ppo.bptt=8"]
+        train_pairs, serve_pairs = [], []
+        for seed in range(1, self.repeats + 1):
+            row = {}
+            for name, extra in (("none", []), ("gru", gru)):
+                summary, _, _, _, _ = self.farm_run(fast, workers, base + [f"seed={seed}"] + extra)
+                row[name] = {"sps": summary["sps"], "update_seconds": summary["time_seconds"]["update"],
+                             "updates": summary["updates"], "wall_seconds": summary["wall_seconds"]}
+            row["ratio"] = row["gru"]["sps"] / row["none"]["sps"]
+            train_pairs.append(row)
+            log(f"recurrent training seed {seed}: {row['none']['sps']:.0f} -> {row['gru']['sps']:.0f} env steps/s "
+                f"({row['ratio']:.2f}x)")
+        novel = os.path.join(ROOT, "configs", "cartpole_novel.yaml")
+        for _ in range(self.repeats):
+            row = {}
+            for name, extra in (("mlp", ["ppo.core=none"]), ("gru", [])):
+                sets = []
+                for o in extra:
+                    sets += ["--set", o]
+                r = self.micro("serve", "--config", novel, "--batch", "1024", "--envs", "1024", *sets,
+                               seconds=2 if self.quick else 4)
+                row[name] = r["rows_per_second"]
+            row["ratio"] = row["gru"] / row["mlp"]
+            serve_pairs.append(row)
+            log(f"recurrent serving: {row['mlp']:.0f} -> {row['gru']:.0f} rows/s ({row['ratio']:.2f}x)")
+        return {"training": {"config": "configs/cartpole_fast.yaml on CartPoleNoVel-v1", "workers": workers,
+                             "seconds": secs, "sps_none": median([r["none"]["sps"] for r in train_pairs]),
+                             "sps_gru": median([r["gru"]["sps"] for r in train_pairs]),
+                             "ratio": median([r["ratio"] for r in train_pairs]), "runs": train_pairs},
+                "serving": {"config": "configs/cartpole_novel.yaml", "batch": 1024,
+                            "rows_per_second_mlp": median([r["mlp"] for r in serve_pairs]),
+                            "rows_per_second_gru": median([r["gru"] for r in serve_pairs]),
+                            "ratio": median([r["ratio"] for r in serve_pairs]), "runs": serve_pairs}}
 
     def sweeps(self):
         worker_counts = [1, 2, 4, 8]
@@ -430,6 +475,9 @@ def main():
     if "python" in cases:
         log("python")
         result["python"] = b.python()
+    if "recurrent" in cases:
+        log("recurrent")
+        result["recurrent"] = b.recurrent(workers)
     if "learning" in cases:
         log("learning")
         result["learning"] = b.learning(args.learning_envs, args.plot_dir)
@@ -450,6 +498,13 @@ def main():
         i = result["inference"]
         print(f"  inference         served rows/s @{i['batch']}          {fmt(i['served_rows_per_second'])}   "
               f"plain forward {fmt(i['forward_rows_per_second'])}  ratio {fmt(i['ratio'], '.2f')}")
+    if "recurrent" in result:
+        r = result["recurrent"]
+        t, v = r["training"], r["serving"]
+        print(f"  recurrent         training env steps/s, GRU 64  {fmt(t['sps_gru'])}   no core {fmt(t['sps_none'])}  "
+              f"ratio {fmt(t['ratio'], '.2f')}")
+        print(f"  recurrent         served rows/s @{v['batch']}, GRU    {fmt(v['rows_per_second_gru'])}   mlp "
+              f"{fmt(v['rows_per_second_mlp'])}  ratio {fmt(v['ratio'], '.2f')}")
     if "training" in result:
         t = result["training"]
         print(f"  training          env steps/s                   {fmt(t['sps'])}   mean return "

@@ -43,13 +43,20 @@ ENVS = {
         "config": "configs/mountain_car.yaml", "budget": 1_000_000, "target": -120.0,
         "reference": "SB3 rl-zoo tuned PPO (obs normalisation), 1M steps: -108.2 +- 8.2 deterministic; "
                      "CleanRL ppo.py stays at -200"},
+    "cartpole_novel": {
+        "config": "configs/cartpole_novel.yaml", "budget": 100_000, "target": 475.0,
+        "reference": "SB3-contrib RecurrentPPO (rl-zoo ppo_lstm.yml), 100k steps: 500 +- 0; an MLP stays near 45 "
+                     "(ppo.core=none, docs/PERFORMANCE.md)"},
+    "memory_cue": {
+        "config": "configs/memory_cue.yaml", "budget": 1_000_000, "target": 0.95,
+        "reference": "a memoryless policy is right 1/choices = 0.5 of the time (delay 32)"},
     "uav_coverage": {
         "config": "configs/uav_coverage.yaml", "budget": 1_500_000, "target": 90.62,
         "eval_set": ["env.options.cell_reward=1", "env.options.collision_penalty=0"], "eval_target": 906.2,
         "random": 453.1,
         "reference": "random team: 453.1 new cells per episode (farm-random, docs/ENVIRONMENTS.md); target 2x"},
 }
-DEFAULT_ENVS = ["cartpole", "acrobot", "pendulum", "mountain_car"]
+DEFAULT_ENVS = ["cartpole", "acrobot", "pendulum", "mountain_car", "cartpole_novel", "memory_cue"]
 
 
 def log(msg):
