@@ -2,9 +2,15 @@
 # farm-eval and farm-export on a real (tiny) CartPole run: trains 3000 env
 # steps, evaluates 5 episodes, exports TorchScript and checks in Python that
 # torch.jit.load's module gives the C++ policy's actions exactly.
-# Usage: export_test.sh BUILD_DIR. Needs python3-torch (Debian package).
+# Usage: export_test.sh BUILD_DIR [CONFIG [KEY=VALUE ...]] (default configs/cartpole.yaml; the overrides
+# go to the training run, e.g. ppo.core=gru: the module then takes and returns the core's state, and the check
+# steps one env's observations through it, a new episode midway). Needs python3-torch (Debian package).
 build_dir="$1"
+config="${2:-configs/cartpole.yaml}"
+shift $(( $# > 1 ? 2 : 1 ))
 source "$(dirname "$0")/lib.sh"
+extra=()
+for kv in "$@"; do extra+=(--set "$kv"); done
 
 # A python3 that can import torch: the one on PATH, else Debian's (a pyenv or venv python3 on PATH does not
 # see Debian's dist-packages).
@@ -17,9 +23,9 @@ for bin in tools/farm-eval tools/farm-export learner/farm-learner worker/farm-wo
   [ -x "$build_dir/$bin" ] || fail "$build_dir/$bin is not built"
 done
 
-FARM_BUILD_DIR="$build_dir" "$root/scripts/farm" run "$root/configs/cartpole.yaml" --workers 1 \
+FARM_BUILD_DIR="$build_dir" "$root/scripts/farm" run "$root/$config" --workers 1 \
   --set total_env_steps=3000 --set stop_at_target=false --set run_dir="$tmp/run" \
-  --set learner.checkpoint_every=0 --set learner.progress_interval_s=5
+  --set learner.checkpoint_every=0 --set learner.progress_interval_s=5 "${extra[@]}"
 [ -f "$tmp/run/policy_spec.json" ] || fail "the learner wrote no $tmp/run/policy_spec.json"
 [ -f "$tmp/run/checkpoints/latest" ] || fail "the learner wrote no checkpoint"
 
@@ -49,7 +55,16 @@ module = torch.jit.load(sys.argv[1])
 check = json.load(open(sys.argv[2]))
 x = torch.tensor(check["inputs"], dtype=torch.float32).reshape(-1, *check["obs_shape"])
 with torch.no_grad():
-    actions = module(x)
+    if "episode_start" in check:  # a recurrent policy: one env's steps, the state carried, a new episode midway
+        state, steps = module.initial_state(1), []
+        for i in range(x.shape[0]):
+            if i == check["episode_start"]:
+                state = module.initial_state(1)
+            a, state = module(x[i:i + 1], state)
+            steps.append(a)
+        actions = torch.cat(steps)
+    else:
+        actions = module(x)
 assert actions.shape[0] == x.shape[0], (actions.shape, x.shape)
 if check["action_kind"] in ("discrete", "multi_discrete"):  # int64 [B] or [B, K]: exactly Act's modes
     assert actions.dtype == torch.int64, actions.dtype

@@ -79,7 +79,22 @@ int main(int argc, char** argv) {
       policy_in = inputs.clone();
       normalize->Apply(inputs.data_ptr<float>(), policy_in.data_ptr<float>(), samples);
     }
-    actions = policy->Act(policy_in, /*deterministic=*/true).action;
+    if (policy->has_core()) {
+      // The samples are one env's steps, in order, its state carried from each to the next and zeroed at
+      // `episode_start` (a new episode), as a caller of the exported module steps it.
+      std::vector<torch::Tensor> steps;
+      torch::Tensor state = torch::zeros({1, policy->core_state_size()});
+      for (int64_t i = 0; i < samples; ++i) {
+        if (i == samples / 2) state.zero_();
+        const farm::ActOutput out =
+            policy->Act(policy_in.narrow(0, i, 1), {}, /*deterministic=*/true, /*with_value=*/false, {}, state);
+        steps.push_back(out.action);
+        state = out.core_state;
+      }
+      actions = torch::cat(steps);
+    } else {
+      actions = policy->Act(policy_in, /*deterministic=*/true).action;
+    }
     if (action_space.is_box()) {
       actions = torch::clamp(actions.reshape({samples, action_space.numel()}),
                              torch::tensor(action_space.low, torch::kFloat32),
@@ -91,6 +106,8 @@ int main(int argc, char** argv) {
   j["action_kind"] = action_space.is_discrete() ? "discrete" : action_space.is_multi_discrete() ? "multi_discrete" : "box";
   j["action_shape"] = action_space.shape;
   j["checkpoint"] = checkpoint;
+  // With a core: the samples are one env's steps in order, a new episode from `episode_start` on.
+  if (policy->has_core()) j["episode_start"] = samples / 2;
   const torch::Tensor rows = inputs.reshape({samples, obs_space.numel()}).contiguous();
   j["inputs"] = nlohmann::json::array();
   for (int64_t i = 0; i < samples; ++i) {

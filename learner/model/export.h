@@ -27,6 +27,13 @@ namespace farm {
 // the raw observation, as the workers do: clamp((obs - obs_mean) / obs_std,
 // -clip, clip), with buffers "obs_mean" and "obs_std" (float32, one entry per
 // observation element), so that raw observations go in and actions come out.
+// With a recurrent core (ppo.core, mlp encoder only; a cnn one is refused):
+// forward(obs, state) returns (action, next_state), the state float32 [B, S]
+// of the actor's core (S = core_size for gru, 2 * core_size for lstm: h then
+// c; the critic's is not exported), and initial_state(batch) gives the zeros
+// that start every episode. The encoder's layers are t0_w, t0_b, ... (tanh),
+// the core's core_wih, core_whh, core_bih, core_bhh (torch.nn.GRUCell's and
+// LSTMCell's gate layout), and w0, b0 the head.
 Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const ObsTransform* normalize = nullptr);
 
 }  // namespace farm
