@@ -139,10 +139,13 @@ TEST_CASE("two cores unrolled as one batch equal two unrolls, values and gradien
 TEST_CASE("a recurrent policy's update re-runs a chunk to the log-probs and values it acted with", "[core]") {
   const Space obs = Space::Box({4}, {-1}, {1});
   for (bool critic_core : {true, false}) {
-    for (const Space& action : {Space::Discrete(3), Space::Box({2}, {-1}, {1})}) {
-      INFO("critic_core " << critic_core << ", action " << action.ToString());
+    for (int variant = 0; variant < 3; ++variant) {
+      // Discrete; box; box with state-dependent exploration (its latent is the core's output).
+      const Space action = variant == 0 ? Space::Discrete(3) : Space::Box({2}, {-1}, {1});
+      INFO("critic_core " << critic_core << ", action " << action.ToString() << ", variant " << variant);
       torch::manual_seed(11);
       PolicyOptions options;
+      options.sde = variant == 2;
       options.core = CoreKind::kGru;
       options.core_size = 8;
       options.critic_core = critic_core;
@@ -412,6 +415,13 @@ TEST_CASE("a PPO update through chunks trains a recurrent policy and refuses the
   CHECK(std::isfinite(stats.policy_loss));
   CHECK(std::isfinite(stats.value_loss));
   CHECK_FALSE(torch::equal(before, policy->parameters()[0]));
+  // bf16 autocast (the CPU's mixed precision) through the chunks: the state stays float32, the loss finite.
+  ActorCritic bf16_policy(obs, Space::Discrete(2), std::vector<int>{16}, options);
+  PpoTrainer bf16(bf16_policy, config, 1, Precision::kBf16);
+  const PpoStats low = bf16.Update(r, 0);
+  CHECK(std::isfinite(low.policy_loss));
+  CHECK(std::isfinite(low.value_loss));
+  CHECK(std::isfinite(low.grad_norm));
 }
 
 }  // namespace farm
