@@ -113,9 +113,12 @@ torch::Tensor RecurrentCoreImpl::Unroll(const torch::Tensor& x, const torch::Ten
   torch::Tensor state = state0.to(torch::kFloat32);
   std::vector<torch::Tensor> outputs;
   outputs.reserve(static_cast<std::size_t>(steps));
+  // unbind, not gi[t]: each select's backward would zero-fill a gradient the size of all of gi, step after step
+  // (L^2 work, and fresh pages each time); unbind's stacks the steps' gradients once.
+  const std::vector<torch::Tensor> step_gi = gi.unbind(0);
   for (int64_t t = 0; t < steps; ++t) {
     if (keep.defined()) state = state * keep[t];
-    state = Cell(gi[t], state).to(torch::kFloat32);
+    state = Cell(step_gi[static_cast<std::size_t>(t)], state).to(torch::kFloat32);
     outputs.push_back(state.narrow(1, 0, size_));
   }
   if (last_state) *last_state = state;
@@ -150,9 +153,11 @@ std::pair<torch::Tensor, torch::Tensor> RecurrentCoreImpl::UnrollPair(RecurrentC
   torch::Tensor state = torch::stack({state_a, state_b}).to(torch::kFloat32);
   std::vector<torch::Tensor> outputs;
   outputs.reserve(static_cast<std::size_t>(steps));
+  const std::vector<torch::Tensor> step_gi = gi.unbind(1);  // as Unroll: one gradient stack, not one per step
   for (int64_t t = 0; t < steps; ++t) {
     if (keep.defined()) state = state * keep[t];
-    state = CellStep(a.kind_, a.size_, gi.select(1, t), state, weight_hh, bias_hh).to(torch::kFloat32);
+    state = CellStep(a.kind_, a.size_, step_gi[static_cast<std::size_t>(t)], state, weight_hh, bias_hh)
+                .to(torch::kFloat32);
     outputs.push_back(state.narrow(-1, 0, a.size_));
   }
   const torch::Tensor out = torch::stack(outputs, 1);  // [2, L, B, size]
