@@ -233,6 +233,14 @@ nlohmann::json Learner::Impl::Summary() const {
   s["graphed_updates"] = update.graphed;
   const int64_t agents = registry.has_run() ? registry.run().num_agents : 1;
   s["num_envs"] = collector.has_store() ? collector.store().num_rows() / agents : 0;
+  // What the learner expected to need for the rows it ended with (learner/run/memory_budget.h), beside max_rss_mb.
+  if (collector.has_store()) {
+    RunMemoryInputs in = memory_inputs;
+    in.rows = collector.store().num_rows();
+    s["memory_estimate_mb"] =
+        static_cast<double>(EstimateRunMemory(in, config.ppo, config.mode == "async", device.is_cuda()).total()) /
+        (1024.0 * 1024.0);
+  }
   s["stop_reason"] = outcome.stop_reason;
   if (eval) s["eval_episodes_counted"] = eval->counted();
   s["device"] = device.str();
