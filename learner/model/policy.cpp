@@ -26,23 +26,7 @@ torch::nn::Linear OrthogonalLinear(int64_t in, int64_t out, double gain) {
   return linear;
 }
 
-// Linear-tanh-...-Linear, laid out as PyTorch's nn.Sequential would be ("0.weight", "2.weight", ...).
-torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int64_t out, double head_gain) {
-  torch::nn::Sequential mlp;
-  int64_t width = in;
-  for (int hidden : hidden_sizes) {
-    if (hidden <= 0) throw std::invalid_argument("ActorCritic: hidden sizes must be positive, got " +
-                                                 std::to_string(hidden));
-    mlp->push_back(OrthogonalLinear(width, hidden, kHiddenGain));
-    mlp->push_back(torch::nn::Tanh());
-    width = hidden;
-  }
-  mlp->push_back(OrthogonalLinear(width, out, head_gain));
-  return mlp;
-}
-
-// The hidden layers of an mlp, Linear-tanh pairs (a recurrent policy's encoder: the core and the head follow),
-// appended to `seq`; returns the width they end with.
+// The hidden layers of an mlp, Linear-tanh pairs, appended to `seq`; returns the width they end with.
 int64_t AppendTrunk(torch::nn::Sequential& seq, int64_t in, const std::vector<int>& hidden_sizes) {
   int64_t width = in;
   for (int hidden : hidden_sizes) {
@@ -53,6 +37,15 @@ int64_t AppendTrunk(torch::nn::Sequential& seq, int64_t in, const std::vector<in
     width = hidden;
   }
   return width;
+}
+
+// Linear-tanh-...-Linear, laid out as PyTorch's nn.Sequential would be ("0.weight", "2.weight", ...). A recurrent
+// policy's encoder is the trunk alone (AppendTrunk): the core and the head follow.
+torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int64_t out, double head_gain) {
+  torch::nn::Sequential mlp;
+  const int64_t width = AppendTrunk(mlp, in, hidden_sizes);
+  mlp->push_back(OrthogonalLinear(width, out, head_gain));
+  return mlp;
 }
 
 // The cnn encoder of a [C, H, W] input, laid out as nn.Sequential would be: "0" conv, "2" conv, "5" linear.
