@@ -288,6 +288,11 @@ TEST_CASE("the learner keeps each row's state whatever batch its request lands i
   std::vector<std::vector<torch::Tensor>> expected(streams.size());
   for (std::size_t s = 0; s < streams.size(); ++s)
     for (int t = 0; t < kSteps; ++t) expected[s].push_back(Serve(alone, {reqs[s][t].get()}));
+  // Serving only (not recording) keeps the actor's part of the state alone, and acts the same.
+  Acting serving(config, torch::kCPU, Precision::kFp32, kObs, kAction, std::nullopt, 1, policy, nullptr, false);
+  REQUIRE(serving.core_states()->state_size() == policy->actor_core_state_size());
+  for (std::size_t s = 0; s < streams.size(); ++s)
+    for (int t = 0; t < kSteps; ++t) CHECK(Close(Serve(serving, {reqs[s][t].get()}), expected[s][t]));
   // Batched: every step's requests together, in an order that changes from step to step.
   std::vector<std::size_t> order{0, 1, 2};
   std::mt19937 shuffle(2);

@@ -266,17 +266,19 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
   if (actor_core_) {
     const int64_t batch = obs.size(0);
     const int64_t size = core_state_size();
+    const int64_t actor_size = actor_core_->state_size();
     torch::Tensor before = core_state.defined()
                                ? core_state
                                : torch::zeros({batch, size}, obs.options().dtype(torch::kFloat32));
-    if (before.dim() != 2 || before.size(0) != batch || before.size(1) != size)
+    // The actor's part alone is enough when the critic does not run (serving).
+    const bool actor_only = critic_core_ && !run_critic && before.dim() == 2 && before.size(1) == actor_size;
+    if (before.dim() != 2 || before.size(0) != batch || (before.size(1) != size && !actor_only))
       throw std::invalid_argument("ActorCritic::Act: core_state must be [" + std::to_string(batch) + ", " +
                                   std::to_string(size) + "], got " + c10::str(before.sizes()));
-    const int64_t actor_size = actor_core_->state_size();
     auto [output, actor_next] = actor_core_->Step(features, before.narrow(1, 0, actor_size));
     features = output;
     out.core_state = actor_next;
-    if (critic_core_) {
+    if (critic_core_ && !actor_only) {
       const torch::Tensor critic_before = before.narrow(1, actor_size, critic_core_->state_size());
       torch::Tensor critic_next = critic_before;
       if (run_critic) {

@@ -93,7 +93,8 @@ class ActorCriticImpl : public torch::nn::Module {
   // With a core: `core_state` float32 [B, core_state_size()] is each row's state before this step (undefined:
   // zero, every row at an episode's start); the output's core_state is the state after it. The critic's part of
   // the state advances only when the critic runs (with_value, and its global state given when it takes one);
-  // otherwise it is passed through.
+  // otherwise it is passed through, or, when `core_state` holds the actor's part alone ([B,
+  // actor_core_state_size()], for a caller that never runs the critic), left out.
   ActOutput Act(const torch::Tensor& obs, const torch::Tensor& state, bool deterministic = false,
                 bool with_value = true, const torch::Tensor& sde_noise = {}, const torch::Tensor& core_state = {});
   ActOutput Act(const torch::Tensor& obs, bool deterministic = false) { return Act(obs, {}, deterministic); }
@@ -115,6 +116,8 @@ class ActorCriticImpl : public torch::nn::Module {
   bool has_core() const { return options_.core != CoreKind::kNone; }
   // Floats of recurrent state per row: the actor core's, then the critic core's (0 without a core).
   int64_t core_state_size() const;
+  // The actor core's part of it (0 without a core).
+  int64_t actor_core_state_size() const { return actor_core_ ? actor_core_->state_size() : 0; }
 
   // Copies every parameter and buffer from `other` (same architecture).
   void CopyFrom(ActorCriticImpl& other);

@@ -35,8 +35,10 @@ Acting::Acting(const FarmConfig& config, torch::Device device, Precision precisi
       sde_(policy_ && policy_->options().sde && !config.learner.deterministic && !config.learner.random_actions),
       span_(device) {
   if (use_state_) state_shape_ = policy_->options().global_state->shape;
+  // Serving only (not recording) never runs the critic: the actor's part of the state is all there is to keep.
   if (policy_ && policy_->has_core() && !config.learner.random_actions)
-    core_states_ = std::make_unique<CoreStates>(policy_->core_state_size());
+    core_states_ = std::make_unique<CoreStates>(recording ? policy_->core_state_size()
+                                                          : policy_->actor_core_state_size());
 }
 
 const float* Acting::CoreInput(int64_t row) const {
