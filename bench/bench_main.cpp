@@ -20,9 +20,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -30,6 +32,7 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "common/resources.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "learner/learner.h"
@@ -188,10 +191,45 @@ farm::Status EnvClientShape(const farm::EnvConfig& env, int group_envs, ClientSh
 // the learner's serving capacity without env stepping. Step results as a worker sends them: a reward and the
 // flags per row and, every shape.episode_steps steps of a group, every env truncated with its final observation
 // and state and an episode's statistics.
-// latencies_us: each reply's time since its request was sent (requests of all groups are outstanding at
-// once, so queueing is included), for replies after measure_from.
-void RunClient(const std::string& endpoint, int index, int groups, const ClientShape& shape, double seconds,
-               std::atomic<int64_t>* rows_served, Clock::time_point measure_from, std::vector<double>* latencies_us) {
+// The serve bench's window, shared by its clients and the thread that measures. The window opens only once
+// every client has its Welcome (the learner builds the run from the first Hello, which may take seconds), so
+// start-up is never counted as serving time. Thread-safe.
+class ServeWindow {
+ public:
+  explicit ServeWindow(int clients) : waiting_(clients) {}
+  // A client has its Welcome (or gave up): one fewer to wait for.
+  void Joined() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--waiting_ <= 0) cv_.notify_all();
+  }
+  // Waits until every client joined or `timeout` passed; false on timeout.
+  bool WaitAllJoined(std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return waiting_ <= 0; });
+  }
+  void set_measuring(bool on) { measuring_.store(on); }
+  bool measuring() const { return measuring_.load(); }
+  void Stop() { stop_.store(true); }
+  bool stopped() const { return stop_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_;  // GUARDED_BY(mu_)
+  std::atomic<bool> measuring_{false};
+  std::atomic<bool> stop_{false};
+};
+
+// Runs until window->stopped(). latencies_us: each reply's time since its request was sent (requests of all
+// groups are outstanding at once, so queueing is included), for replies while the window measures.
+void RunClient(const std::string& endpoint, int index, int groups, const ClientShape& shape, ServeWindow* window,
+               std::atomic<int64_t>* rows_served, std::vector<double>* latencies_us) {
+  struct JoinOnExit {  // the window learns of this client however it leaves the hand-shake
+    ServeWindow* w;
+    bool done = false;
+    void Join() { if (!done) { done = true; w->Joined(); } }
+    ~JoinOnExit() { Join(); }
+  } join{window};
   zmq::context_t ctx(1);
   farm::TransportConfig tc;
   auto sock = farm::MakeDealer(ctx, fmt::format("bench-client-{}", index), endpoint, tc);
@@ -214,6 +252,7 @@ void RunClient(const std::string& endpoint, int index, int groups, const ClientS
   farm::Status st;
   // Generous: under valgrind the learner takes a minute to build the run from the first Hello.
   if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st) || !in.has_welcome()) return;
+  join.Join();
   std::vector<float> obs = shape.obs;
   if (obs.empty()) obs.assign(static_cast<std::size_t>(group_rows * obs_numel), 0.01f);
   std::vector<int64_t> obs_shape{group_rows};
@@ -262,13 +301,12 @@ void RunClient(const std::string& endpoint, int index, int groups, const ClientS
     farm::SendEnvelope(sock, out, &scratch);
   };
   for (int g = 0; g < groups; ++g) send(g);
-  const auto t0 = Clock::now();
-  while (Since(t0) < seconds) {
+  while (!window->stopped()) {
     if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(30), &in, &st) || !st.ok() || !in.has_action()) return;
     rows_served->fetch_add(group_rows);
     const int g = static_cast<int>(in.action().group());
     const auto now = Clock::now();
-    if (now >= measure_from && g >= 0 && g < groups)
+    if (window->measuring() && g >= 0 && g < groups)
       latencies_us->push_back(std::chrono::duration<double, std::micro>(now - sent[g]).count());
     send(g);
   }
@@ -291,6 +329,8 @@ int BenchServe(const std::string& config_path, int batch, int threads, int clien
   config.learner.progress_interval_s = 3600;
   config.learner.checkpoint_every = 0;
   config.total_env_steps = int64_t{1} << 60;
+  config.stop_at_target = false;  // the clients' episodes all return episode_steps: a target would end the run
+  config.max_wall_seconds = 0;
   if (batch > 0 || !env_shaped) config.batcher.max_rows = batch;
   if (!env_shaped) config.batcher.max_wait_us = 1000;
   config.run_dir = fmt::format("/tmp/farm-bench-serve-{}", ::getpid());
@@ -321,19 +361,26 @@ int BenchServe(const std::string& config_path, int batch, int threads, int clien
   std::thread server([&] { (void)learner->Run(&summary); });
   std::atomic<int64_t> rows{0};
   std::vector<std::thread> client_threads;
-  const double warmup = 0.5;
-  const auto measure_from = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(warmup));
+  ServeWindow window(clients);
   std::vector<std::vector<double>> latencies(static_cast<std::size_t>(clients));
   for (int c = 0; c < clients; ++c)
-    client_threads.emplace_back(RunClient, learner->endpoint(), c, groups, std::cref(shape), seconds + warmup, &rows,
-                                measure_from, &latencies[static_cast<std::size_t>(c)]);
+    client_threads.emplace_back(RunClient, learner->endpoint(), c, groups, std::cref(shape), &window, &rows,
+                                &latencies[static_cast<std::size_t>(c)]);
+  // Generous, as the clients' own wait: under valgrind the learner takes a minute to build the run.
+  const auto launched = Clock::now();
+  if (!window.WaitAllJoined(std::chrono::seconds(600)))
+    fmt::print(stderr, "serve: not every client was welcomed within 600 s; measuring those that were\n");
+  const double startup = Since(launched);
+  const double warmup = 0.5;
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
+  window.set_measuring(true);
   const int64_t r0 = rows.load();
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const int64_t r1 = rows.load();
   const double t = Since(t0);
+  window.set_measuring(false);
+  window.Stop();
   for (auto& th : client_threads) th.join();
   learner->RequestStop("benchmark done");
   server.join();
@@ -360,7 +407,8 @@ int BenchServe(const std::string& config_path, int batch, int threads, int clien
                         {"clients", clients}, {"latency_us_p50", p50}, {"latency_us_p99", p99},
                         {"replies", all.size()}, {"group_rows", group_rows}, {"device", config.learner.device},
                         {"precision", config.learner.precision}, {"cuda_graphs", config.learner.cuda_graphs},
-                        {"seconds", t}, {"rows_per_second", static_cast<double>(r1 - r0) / t}};
+                        {"seconds", t}, {"startup_seconds", startup},
+                        {"rows_per_second", static_cast<double>(r1 - r0) / t}};
   if (env_shaped) {
     result["env"] = shape.env_name;
     result["groups"] = groups;
@@ -402,6 +450,7 @@ int BenchServe(const std::string& config_path, int batch, int threads, int clien
       result["ns_per_row_steady"] = steady;
     }
     result["agent_rows"] = agent_rows;
+    result["stop_reason"] = summary.value("stop_reason", "");
     result["updates"] = summary.value("updates", 0);
     result["time_seconds"] = ts;
   }
@@ -551,6 +600,8 @@ int BenchFlops(const std::string& config_path, const std::vector<std::string>& o
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As farm-learner does (its serving and update figures are measured as the learner runs them).
+  (void)farm::KeepFreedMemoryForReuse();
   CLI::App app{"Rollout Farm micro-benchmarks (one JSON line each)"};
   app.require_subcommand(1);
   double seconds = 2.0;

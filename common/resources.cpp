@@ -1,10 +1,14 @@
-// Resident-set sizes from getrusage and /proc/self/statm (Linux).
+// Resident-set sizes from getrusage and /proc/self/statm (Linux); glibc's malloc thresholds.
 #include "common/resources.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace farm {
 
@@ -21,6 +25,21 @@ double CurrentRssMb() {
     std::fclose(f);
   }
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+std::string KeepFreedMemoryForReuse() {
+#if defined(__GLIBC__)
+  for (const char* user : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"})
+    if (std::getenv(user) != nullptr)
+      return std::string("allocator: ") + user + " is set; glibc's thresholds left as the environment says";
+  constexpr int kMmapThreshold = 32 << 20;
+  constexpr int kTrimThreshold = 64 << 20;
+  if (mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1 || mallopt(M_TRIM_THRESHOLD, kTrimThreshold) != 1)
+    return "allocator: glibc refused the mmap and trim thresholds; its defaults stay";
+  return "allocator: glibc mmap threshold 32 MiB, trim threshold 64 MiB (freed memory kept for reuse)";
+#else
+  return "allocator: not glibc; its defaults stay";
+#endif
 }
 
 }  // namespace farm

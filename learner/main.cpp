@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/config.h"
+#include "common/resources.h"
 #include "common/signal_watcher.h"
 #include "learner/learner.h"
 #include "learner/run/checkpoint_files.h"
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
   // process: the learner then reports the file it could not write and goes on or stops in order, as on a full
   // disk.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Before the first tensor: every batch's and minibatch's temporaries are then reused, not faulted in afresh.
+  const std::string allocator = farm::KeepFreedMemoryForReuse();
   CLI::App app{"Rollout Farm learner: batches workers' requests, acts with the policy and trains it with PPO"};
   std::string config_path;
   std::vector<std::string> overrides;
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());
     return 2;
   }
+  spdlog::info("{}", allocator);
   std::unique_ptr<farm::Learner> learner;
   // The watcher thread and this one meet here: a signal before the learner exists is kept and delivered once it
   // does (the mutex makes "not yet running" and "remember the signal" one step, so none is lost in between).
