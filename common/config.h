@@ -238,6 +238,15 @@ struct PpoConfig {
   int core_size = 128;
   int bptt = 16;
   bool critic_core = true;
+  // Advantages and value targets (learner/train/vtrace.h): gae from the values at acting time (CleanRL's), or
+  // vtrace, IMPALA's off-policy correction from the ratio of the policy being trained to the behaviour policy
+  // (the log-probs stored at acting), recomputed at the start of every epoch, under the PPO clipped loss as in
+  // Sample Factory's APPO; its lambda is gae_lambda. rho_bar clips the ratios of the TD terms and of the
+  // policy-gradient advantage, c_bar those of the traces. The graphed update has no V-trace (refused; auto
+  // falls back to the LibTorch update).
+  std::string advantage = "gae";
+  double vtrace_rho_bar = 1.0;
+  double vtrace_c_bar = 1.0;
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -266,6 +275,9 @@ struct PpoConfig {
     v("core_size", core_size, Rule::AtLeast(1));
     v("bptt", bptt, Rule::AtLeast(1));
     v("critic_core", critic_core);
+    v("advantage", advantage, Rule::OneOf({"gae", "vtrace"}));
+    v("vtrace_rho_bar", vtrace_rho_bar, Rule::Positive());
+    v("vtrace_c_bar", vtrace_c_bar, Rule::Positive());
   }
 };
 

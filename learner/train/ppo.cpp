@@ -6,6 +6,7 @@
 #include "learner/train/ppo_chunks.h"
 #include "learner/train/ppo_fused.h"
 #include "learner/train/ppo_graph.h"
+#include "learner/train/vtrace.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -93,7 +94,7 @@ Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values,
 }
 
 std::vector<std::pair<std::string, double>> PpoStats::Items() const {
-  return {
+  std::vector<std::pair<std::string, double>> items{
       {"policy_loss", policy_loss},
       {"value_loss", value_loss},
       {"entropy", entropy},
@@ -108,6 +109,12 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
       {"epochs", static_cast<double>(epochs)},
       {"samples", static_cast<double>(samples)},
   };
+  if (vtrace) {
+    items.push_back({"vtrace_ratio", vtrace_ratio});
+    items.push_back({"vtrace_rho_clipped", vtrace_rho_clipped});
+    items.push_back({"vtrace_c_clipped", vtrace_c_clipped});
+  }
+  return items;
 }
 
 PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
@@ -209,6 +216,8 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
     if (s.ok() && policy_->has_core())
       s = Status::InvalidArgument(std::string("the graphed step has no recurrent core (ppo.core is ") +
                                   CoreName(policy_->options().core) + ")");
+    if (s.ok() && config_.advantage == "vtrace")
+      s = Status::InvalidArgument("the graphed step has no V-trace (ppo.advantage is vtrace)");
     if (graph == "on" && !s.ok())
       throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but " + s.message() +
                                   " (set ppo.graph_update to auto or off)");
@@ -232,6 +241,24 @@ PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch:
   eval.entropy = eval.entropy.to(torch::kFloat32);
   return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
                         rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config);
+}
+
+std::pair<torch::Tensor, torch::Tensor> EvaluateRows(ActorCriticImpl& policy, const PpoRows& rows, int64_t k,
+                                                     Precision precision) {
+  torch::NoGradGuard no_grad;
+  const int64_t units = rows.obs.size(0) / k;
+  const int64_t per_slice = std::max<int64_t>(1, 16384 / k);  // about 16k rows at a time
+  std::vector<torch::Tensor> logps, values;
+  for (int64_t u0 = 0; u0 < units; u0 += per_slice) {
+    const int64_t u1 = std::min(units, u0 + per_slice);
+    AutocastGuard autocast(rows.obs.device(), precision);
+    const torch::Tensor states = rows.states.defined() ? rows.states.slice(0, u0, u1) : torch::Tensor();
+    const EvalOutput eval =
+        policy.Evaluate(rows.obs.slice(0, u0 * k, u1 * k), states, rows.actions.slice(0, u0 * k, u1 * k));
+    logps.push_back(eval.logp.to(torch::kFloat32));
+    values.push_back(eval.value.to(torch::kFloat32));
+  }
+  return {torch::cat(logps), torch::cat(values)};
 }
 
 torch::Tensor LossStats(const PpoLoss& loss) {
@@ -316,11 +343,50 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   PpoChunks chunks;
   if (recurrent) chunks = MakeChunks(rollout, gae, device);
 
+  // V-trace: every epoch's advantages and targets from the policy as it is at the epoch's start (vtrace.h says
+  // why per epoch). They replace GAE's in place, in the rows, the chunks or the fused update's own batch.
+  std::unique_ptr<VtraceCorrection> vtrace;
+  if (config_.advantage == "vtrace") vtrace = std::make_unique<VtraceCorrection>(rollout, config_);
+  const auto vtrace_targets = [&]() -> Advantages {
+    if (recurrent) {
+      const auto [logp, value] = EvaluateChunks(*policy_, chunks, k, precision_);
+      return vtrace->Recompute(FromChunks(logp, steps), FromChunks(value, steps));
+    }
+    const auto [logp, value] = EvaluateRows(*policy_, rows, k, precision_);
+    return vtrace->Recompute(logp.view({steps, envs}), value.view({steps, envs}));
+  };
+  const auto begin_epoch = [&] {
+    if (!vtrace) return;
+    const Advantages a = vtrace_targets();
+    b_advantages.copy_(a.advantages.flatten());
+    b_returns.copy_(a.returns.flatten());  // the explained variance's targets
+    if (recurrent) {
+      chunks.advantages.copy_(ToChunks(a.advantages, rollout.bptt, device));
+      chunks.returns.copy_(ToChunks(a.returns, rollout.bptt, device));
+    }
+  };
+  const auto finish_vtrace = [&] {
+    if (!vtrace) return;
+    const VtraceStats v = vtrace->stats();
+    stats.vtrace = true;
+    stats.vtrace_ratio = v.ratio_mean;
+    stats.vtrace_rho_clipped = v.rho_clipped;
+    stats.vtrace_c_clipped = v.c_clipped;
+  };
+
   if (fused_) {  // never with states (see the constructor)
+    FusedPpoUpdate::EpochHook hook;
+    if (vtrace)
+      hook = [&](torch::Tensor& advantages, torch::Tensor& returns) {
+        const Advantages a = vtrace_targets();
+        advantages.copy_(a.advantages.flatten());
+        returns.copy_(a.returns.flatten());
+      };
     fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
-                &stats, cancel);
+                &stats, cancel, hook);
     stats.loss_scale = scaler_.scale();
     stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    finish_vtrace();
     return stats;
   }
 
@@ -335,7 +401,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   };
 
   // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
-  if (!recurrent && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
+  if (!recurrent && !vtrace && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
     if (!graphed_)
       graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
     const int64_t per_minibatch = units / num_minibatches;
@@ -370,6 +436,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   int64_t minibatches_run = 0;
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
+    begin_epoch();
     const torch::Tensor perm = permutation();
     torch::Tensor last_approx_kl;
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
@@ -417,6 +484,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
   stats.loss_scale = scaler_.scale();
   stats.explained_variance = ExplainedVariance(b_values, b_returns);
+  finish_vtrace();
   return stats;
 }
 

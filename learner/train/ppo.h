@@ -66,6 +66,12 @@ struct PpoStats {
   int epochs = 0;             // epochs begun (target_kl may stop early; a cancelled update counts its last)
   int64_t samples = 0;
   bool cancelled = false;     // cut short by Update's `cancel` (a stop request): fewer minibatch steps ran
+  // ppo.advantage=vtrace (learner/train/vtrace.h): means over the epochs of the ratio pi/mu and of the fractions
+  // of steps whose ratio the rho and c bars clipped. Listed by Items only when `vtrace`.
+  bool vtrace = false;
+  double vtrace_ratio = 0;
+  double vtrace_rho_clipped = 0;
+  double vtrace_c_clipped = 0;
 
   std::vector<std::pair<std::string, double>> Items() const;
 };
@@ -103,6 +109,11 @@ struct PpoRows {
 // precision. No host synchronisation: a CUDA graph can record it.
 PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
                       const torch::Tensor& arange_k, Precision precision, const PpoConfig& config);
+
+// The policy's log-probs and values on every row of `rows` (no gradient), float32 [B] each, evaluated in
+// slices of whole units (k rows sharing a state) as MinibatchLoss evaluates a minibatch.
+std::pair<torch::Tensor, torch::Tensor> EvaluateRows(ActorCriticImpl& policy, const PpoRows& rows, int64_t k,
+                                                     Precision precision);
 
 // A minibatch's statistics, float64 [6] in the order PpoStats lists them: policy loss, value loss, entropy,
 // approx KL, old approx KL, clip fraction.

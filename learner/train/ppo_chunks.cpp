@@ -1,15 +1,14 @@
 // Chunks of bptt steps for the recurrent update, and a minibatch's loss over them.
 #include "learner/train/ppo_chunks.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace farm {
-namespace {
 
-// [T, N, rest...] -> [L, C * N, rest...] with column c * N + n = step c * L + l of row n.
-torch::Tensor Chunked(const torch::Tensor& t, int64_t L, torch::Device device) {
+torch::Tensor ToChunks(const torch::Tensor& t, int64_t L, torch::Device device) {
   const int64_t T = t.size(0);
   std::vector<int64_t> split{T / L, L};
   std::vector<int64_t> merged{L, (T / L) * t.size(1)};
@@ -18,7 +17,17 @@ torch::Tensor Chunked(const torch::Tensor& t, int64_t L, torch::Device device) {
   return t.detach().reshape(split).transpose(0, 1).reshape(merged).to(device);
 }
 
-}  // namespace
+torch::Tensor FromChunks(const torch::Tensor& chunked, int64_t T) {
+  const int64_t L = chunked.size(0);
+  const int64_t N = chunked.size(1) / (T / L);
+  std::vector<int64_t> split{L, T / L, N};
+  std::vector<int64_t> merged{T, N};
+  for (int64_t d = 2; d < chunked.dim(); ++d) {
+    split.push_back(chunked.size(d));
+    merged.push_back(chunked.size(d));
+  }
+  return chunked.reshape(split).transpose(0, 1).reshape(merged);
+}
 
 PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Device device) {
   const int64_t T = rollout.rewards.size(0);
@@ -34,20 +43,45 @@ PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Devic
   PpoChunks c;
   c.steps = L;
   c.columns = (T / L) * N;
-  c.obs = Chunked(rollout.obs, L, device);
-  if (rollout.states.defined()) c.states = Chunked(rollout.states, L, device);
-  c.actions = Chunked(rollout.actions, L, device);
-  c.logp = Chunked(rollout.logp, L, device).to(torch::kFloat32);
-  c.values = Chunked(rollout.values, L, device).to(torch::kFloat32);
-  c.advantages = Chunked(gae.advantages, L, device);
-  c.returns = Chunked(gae.returns, L, device);
+  c.obs = ToChunks(rollout.obs, L, device);
+  if (rollout.states.defined()) c.states = ToChunks(rollout.states, L, device);
+  c.actions = ToChunks(rollout.actions, L, device);
+  c.logp = ToChunks(rollout.logp, L, device).to(torch::kFloat32);
+  c.values = ToChunks(rollout.values, L, device).to(torch::kFloat32);
+  c.advantages = ToChunks(gae.advantages, L, device);
+  c.returns = ToChunks(gae.returns, L, device);
   // An episode starts at step t when step t - 1 ended one. At a chunk's first step the stored state already is
   // zero for such a row (acting reset it), so zeroing it again changes nothing.
   const torch::Tensor dones = rollout.dones.detach().to(torch::kFloat32);
   const torch::Tensor starts = torch::cat({torch::zeros({1, N}, dones.options()), dones.narrow(0, 0, T - 1)});
-  c.starts = Chunked(starts, L, device);
+  c.starts = ToChunks(starts, L, device);
   c.core0 = rollout.core_states.detach().reshape({c.columns, rollout.core_states.size(2)}).to(device);
   return c;
+}
+
+std::pair<torch::Tensor, torch::Tensor> EvaluateChunks(ActorCriticImpl& policy, const PpoChunks& chunks, int64_t k,
+                                                       Precision precision) {
+  torch::NoGradGuard no_grad;
+  const int64_t units = chunks.columns / k;
+  const int64_t per_slice = std::max<int64_t>(1, 16384 / (k * chunks.steps));  // about 16k steps at a time
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(chunks.obs.device());
+  const torch::Tensor arange_k = torch::arange(k, opts);
+  std::vector<torch::Tensor> logps, values;
+  for (int64_t u0 = 0; u0 < units; u0 += per_slice) {
+    const torch::Tensor unit_idx = torch::arange(u0, std::min(units, u0 + per_slice), opts);
+    const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
+    const auto pick = [&](const torch::Tensor& t, const torch::Tensor& columns) {
+      return t.index_select(1, columns).flatten(0, 1);
+    };
+    AutocastGuard autocast(chunks.obs.device(), precision);
+    const torch::Tensor states = chunks.states.defined() ? pick(chunks.states, unit_idx) : torch::Tensor();
+    const EvalOutput eval = policy.EvaluateSequence(pick(chunks.obs, idx), states, pick(chunks.actions, idx),
+                                                    chunks.core0.index_select(0, idx),
+                                                    chunks.starts.index_select(1, idx));
+    logps.push_back(eval.logp.to(torch::kFloat32).view({chunks.steps, -1}));
+    values.push_back(eval.value.to(torch::kFloat32).view({chunks.steps, -1}));
+  }
+  return {torch::cat(logps, 1), torch::cat(values, 1)};
 }
 
 PpoLoss ChunkMinibatchLoss(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx, int64_t k,

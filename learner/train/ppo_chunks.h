@@ -34,6 +34,15 @@ struct PpoChunks {
 // Throws std::invalid_argument when the rollout has no core states or its bptt does not divide T.
 PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Device device);
 
+// [T, N, rest...] -> [L, (T / L) * N, rest...] (column c * N + n = step c * L + l of row n), on `device`; and back.
+torch::Tensor ToChunks(const torch::Tensor& t, int64_t L, torch::Device device);
+torch::Tensor FromChunks(const torch::Tensor& chunked, int64_t T);
+
+// The policy's log-probs and values on every step of every chunk (no gradient), float32 [L, C * N] each, run
+// over slices of the chunk runs as ChunkMinibatchLoss runs a minibatch.
+std::pair<torch::Tensor, torch::Tensor> EvaluateChunks(ActorCriticImpl& policy, const PpoChunks& chunks, int64_t k,
+                                                       Precision precision);
+
 // One minibatch's loss over the chunk runs `unit_idx` (unit u: columns u * k .. u * k + k - 1), as MinibatchLoss
 // does it for rows.
 PpoLoss ChunkMinibatchLoss(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx, int64_t k,

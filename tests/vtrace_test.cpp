@@ -1,0 +1,252 @@
+// V-trace (learner/train/vtrace.h): hand-worked targets and advantages, the IMPALA paper's sum written out
+// independently of the recursion, lambda-returns when the policies agree, and the PPO update's per-epoch
+// correction on the fused, LibTorch and recurrent paths.
+#include "learner/train/vtrace.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/config.h"
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
+#include "learner/train/ppo_chunks.h"
+#include "tests/ppo_test_util.h"
+
+// LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+namespace farm {
+namespace {
+
+torch::Tensor Col(std::vector<float> v) { return torch::tensor(v).unsqueeze(1); }  // [T] -> [T, 1]
+
+// The paper's definition for one row, as a sum (not the recursion vtrace.cpp runs), in double:
+// v_s = V(x_s) + sum_{t >= s} gamma^{t-s} (prod_{i=s}^{t-1} c_i) delta_t, the sum and product stopping at the
+// first step that ended an episode (included: its own delta counts, nothing after it).
+std::vector<double> PaperTargets(const std::vector<double>& ratio, const std::vector<double>& r,
+                                 const std::vector<double>& v, const std::vector<double>& done, double last_v,
+                                 double gamma, double lambda, double rho_bar, double c_bar) {
+  const std::size_t T = r.size();
+  std::vector<double> vs(T);
+  for (std::size_t s = 0; s < T; ++s) {
+    double sum = 0, discount = 1, traces = 1;
+    for (std::size_t t = s; t < T; ++t) {
+      const double next_v = done[t] > 0 ? 0.0 : (t + 1 < T ? v[t + 1] : last_v);
+      const double delta = std::min(rho_bar, ratio[t]) * (r[t] + gamma * next_v - v[t]);
+      sum += discount * traces * delta;
+      if (done[t] > 0) break;
+      discount *= gamma;
+      traces *= lambda * std::min(c_bar, ratio[t]);
+    }
+    vs[s] = v[s] + sum;
+  }
+  return vs;
+}
+
+TEST_CASE("V-trace on a hand-worked trajectory", "[vtrace]") {
+  // gamma 0.9, lambda 1, bars 1; ratios 2, 0.5, 1 (rho = c = 1, 0.5, 1).
+  const torch::Tensor log_rhos = Col({std::log(2.0f), std::log(0.5f), 0.0f});
+  const torch::Tensor rewards = Col({1.0f, 0.0f, 2.0f});
+  const torch::Tensor values = Col({0.5f, 1.0f, 0.2f});
+  const torch::Tensor last = torch::tensor({0.4f});
+  VtraceParams p;
+  p.gamma = 0.9;
+  p.lambda = 1.0;
+  SECTION("no episode end: every step bootstraps through to V(x_T)") {
+    VtraceStats stats;
+    const Advantages a = ComputeVtrace(log_rhos, rewards, values, torch::zeros({3, 1}), last, p, &stats);
+    // delta_2 = 2 + 0.9 * 0.4 - 0.2 = 2.16; v_2 = 2.36.
+    // delta_1 = 0.5 * (0 + 0.9 * 0.2 - 1) = -0.41; v_1 = 1 + (-0.41 + 0.9 * 0.5 * 2.16) = 1.562.
+    // delta_0 = 1 + 0.9 * 1 - 0.5 = 1.4; v_0 = 0.5 + (1.4 + 0.9 * 1 * 0.562) = 2.4058.
+    CHECK(a.returns[2][0].item<float>() == Approx(2.36).epsilon(1e-5));
+    CHECK(a.returns[1][0].item<float>() == Approx(1.562).epsilon(1e-5));
+    CHECK(a.returns[0][0].item<float>() == Approx(2.4058).epsilon(1e-5));
+    // A_t = rho_t (r_t + gamma v_{t+1} - V(x_t)): 1 + 0.9 * 1.562 - 0.5; 0.5 * (0.9 * 2.36 - 1); 2.16.
+    CHECK(a.advantages[0][0].item<float>() == Approx(1.9058).epsilon(1e-5));
+    CHECK(a.advantages[1][0].item<float>() == Approx(0.562).epsilon(1e-5));
+    CHECK(a.advantages[2][0].item<float>() == Approx(2.16).epsilon(1e-5));
+    CHECK(stats.ratio_mean == Approx(3.5 / 3).epsilon(1e-6));
+    CHECK(stats.rho_clipped == Approx(1.0 / 3));
+    CHECK(stats.c_clipped == Approx(1.0 / 3));
+  }
+  SECTION("an episode ends at step 1: nothing after it reaches steps 0 and 1") {
+    const Advantages a = ComputeVtrace(log_rhos, rewards, values, Col({0.0f, 1.0f, 0.0f}), last, p);
+    // v_2 = 2.36 as before; delta_1 = 0.5 * (0 - 1) = -0.5 and no trace: v_1 = 0.5;
+    // v_0 = 0.5 + 1.4 + 0.9 * (-0.5) = 1.45.
+    CHECK(a.returns[2][0].item<float>() == Approx(2.36).epsilon(1e-5));
+    CHECK(a.returns[1][0].item<float>() == Approx(0.5).epsilon(1e-5));
+    CHECK(a.returns[0][0].item<float>() == Approx(1.45).epsilon(1e-5));
+    CHECK(a.advantages[1][0].item<float>() == Approx(-0.5).epsilon(1e-5));
+    CHECK(a.advantages[0][0].item<float>() == Approx(0.95).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("V-trace's recursion equals the paper's sum, with lambda, both bars and episode ends", "[vtrace]") {
+  torch::manual_seed(3);
+  const int64_t T = 13, N = 7;
+  const torch::Tensor log_rhos = torch::randn({T, N}) * 0.7;
+  const torch::Tensor rewards = torch::randn({T, N});
+  const torch::Tensor values = torch::randn({T, N});
+  const torch::Tensor dones = (torch::rand({T, N}) < 0.15).to(torch::kFloat32);
+  const torch::Tensor last = torch::randn({N});
+  VtraceParams p;
+  p.gamma = 0.97;
+  p.lambda = 0.9;
+  p.rho_bar = 1.3;
+  p.c_bar = 0.8;
+  const Advantages a = ComputeVtrace(log_rhos, rewards, values, dones, last, p);
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<double> ratio, r, v, d;
+    for (int64_t t = 0; t < T; ++t) {
+      ratio.push_back(std::exp(log_rhos[t][n].item<double>()));
+      r.push_back(rewards[t][n].item<double>());
+      v.push_back(values[t][n].item<double>());
+      d.push_back(dones[t][n].item<double>());
+    }
+    const std::vector<double> vs =
+        PaperTargets(ratio, r, v, d, last[n].item<double>(), p.gamma, p.lambda, p.rho_bar, p.c_bar);
+    for (int64_t t = 0; t < T; ++t) {
+      INFO("row " << n << " step " << t);
+      CHECK(a.returns[t][n].item<double>() == Approx(vs[static_cast<std::size_t>(t)]).margin(1e-4));
+      const double next_vs = d[static_cast<std::size_t>(t)] > 0 ? 0.0
+                             : t + 1 < T                         ? vs[static_cast<std::size_t>(t + 1)]
+                                                                 : last[n].item<double>();
+      const double adv = std::min(p.rho_bar, ratio[static_cast<std::size_t>(t)]) *
+                         (r[static_cast<std::size_t>(t)] + p.gamma * next_vs - v[static_cast<std::size_t>(t)]);
+      CHECK(a.advantages[t][n].item<double>() == Approx(adv).margin(1e-4));
+    }
+  }
+  CHECK_THROWS_WITH(ComputeVtrace(log_rhos, rewards, values.narrow(0, 0, 3), dones, last, p),
+                    Catch::Contains("values"));
+}
+
+TEST_CASE("with the behaviour policy equal to the target, V-trace's targets are the lambda-returns", "[vtrace]") {
+  torch::manual_seed(4);
+  const int64_t T = 16, N = 9;
+  const torch::Tensor rewards = torch::randn({T, N});
+  const torch::Tensor values = torch::randn({T, N});
+  const torch::Tensor dones = (torch::rand({T, N}) < 0.1).to(torch::kFloat32);
+  const torch::Tensor last = torch::randn({N});
+  for (double lambda : {0.0, 0.8, 0.95, 1.0}) {
+    VtraceParams p;
+    p.gamma = 0.99;
+    p.lambda = lambda;
+    const Advantages vt = ComputeVtrace(torch::zeros({T, N}), rewards, values, dones, last, p);
+    const Advantages gae = ComputeGae(rewards, values, dones, last, p.gamma, lambda);
+    INFO("lambda " << lambda);
+    CHECK(testing::RelativeDiff(vt.returns, gae.returns) < 1e-5);
+    if (lambda == 1.0) CHECK(testing::RelativeDiff(vt.advantages, gae.advantages) < 1e-5);  // n-step returns
+  }
+}
+
+// A rollout whose behaviour log-probs and values are the policy's own on its data (what the policy being
+// trained computes at the first epoch's start): V-trace at lambda 1 then gives GAE's targets and advantages.
+Rollout OnPolicyRollout(ActorCritic& policy, int64_t T, int64_t N, int64_t bptt) {
+  Rollout r;
+  r.obs = torch::randn({T, N, 3});
+  r.actions = torch::randint(2, {T, N}, torch::kLong);
+  r.rewards = torch::randn({T, N});
+  r.dones = (torch::rand({T, N}) < 0.15).to(torch::kFloat32);
+  r.last_value = torch::randn({N});
+  r.logp = torch::zeros({T, N});
+  r.values = torch::zeros({T, N});
+  if (bptt > 0) {
+    r.core_states = torch::zeros({T / bptt, N, policy->core_state_size()});
+    r.bptt = bptt;
+    const PpoChunks chunks = MakeChunks(r, Advantages{r.values, r.values}, torch::kCPU);
+    const auto [logp, value] = EvaluateChunks(*policy, chunks, 1, Precision::kFp32);
+    r.logp = FromChunks(logp, T).clone();
+    r.values = FromChunks(value, T).clone();
+  } else {
+    const PpoRows rows{r.obs.flatten(0, 1), {}, r.actions.flatten(0, 1), r.logp.flatten(), r.values.flatten(),
+                       r.values.flatten(), r.values.flatten()};
+    const auto [logp, value] = EvaluateRows(*policy, rows, 1, Precision::kFp32);
+    r.logp = logp.view({T, N}).clone();
+    r.values = value.view({T, N}).clone();
+  }
+  return r;
+}
+
+void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
+  const Space obs = Space::Box({3}, {-1}, {1});
+  PolicyOptions options;
+  options.core = core;
+  options.core_size = 8;
+  const auto make = [&] {
+    torch::manual_seed(11);
+    return ActorCritic(obs, Space::Discrete(2), std::vector<int>{16}, options);
+  };
+  ActorCritic probe = make();
+  torch::manual_seed(12);
+  const int64_t bptt = core == CoreKind::kNone ? 0 : 4;
+  const Rollout rollout = OnPolicyRollout(probe, 8, 6, bptt);
+  PpoConfig config;
+  config.gae_lambda = 1.0;
+  config.lr = 0.03;  // large steps: by the second epoch the ratios are far from 1
+  config.anneal_lr = false;
+  config.num_minibatches = 2;
+  config.fused_update = fused_update;
+  const auto train = [&](const std::string& advantage, int epochs, PpoStats* stats) {
+    ActorCritic policy = make();
+    PpoConfig c = config;
+    c.advantage = advantage;
+    c.update_epochs = epochs;
+    PpoTrainer trainer(policy, c, 5);
+    CHECK(trainer.fused() == (fused_update == "on"));
+    *stats = trainer.Update(rollout, 0);
+    return torch::cat([&] {
+      std::vector<torch::Tensor> flat;
+      for (const auto& t : policy->parameters()) flat.push_back(t.detach().flatten());
+      return flat;
+    }());
+  };
+  PpoStats gae_stats, vtrace_stats;
+  // One epoch: the policy being trained is the behaviour policy, so V-trace (lambda 1) is GAE exactly.
+  const torch::Tensor gae1 = train("gae", 1, &gae_stats);
+  const torch::Tensor vtrace1 = train("vtrace", 1, &vtrace_stats);
+  CHECK_FALSE(gae_stats.vtrace);
+  CHECK(vtrace_stats.vtrace);
+  CHECK(vtrace_stats.vtrace_ratio == Approx(1.0).margin(1e-6));
+  CHECK(vtrace_stats.vtrace_rho_clipped == 0.0);
+  CHECK(testing::RelativeDiff(vtrace1, gae1) < 1e-5);
+  // Three epochs: from the second on, the ratios move off 1 and V-trace's targets with them.
+  const torch::Tensor gae3 = train("gae", 3, &gae_stats);
+  const torch::Tensor vtrace3 = train("vtrace", 3, &vtrace_stats);
+  CHECK(std::abs(vtrace_stats.vtrace_ratio - 1.0) > 1e-3);
+  CHECK(vtrace_stats.vtrace_rho_clipped > 0.0);
+  CHECK(testing::RelativeDiff(vtrace3, gae3) > 1e-3);
+  CHECK(std::isfinite(vtrace_stats.policy_loss));
+}
+
+TEST_CASE("the update recomputes V-trace every epoch: the fused path", "[vtrace]") {
+  CheckUpdateAgainstGae("on", CoreKind::kNone);
+}
+
+TEST_CASE("the update recomputes V-trace every epoch: the LibTorch path", "[vtrace]") {
+  CheckUpdateAgainstGae("off", CoreKind::kNone);
+}
+
+TEST_CASE("the update recomputes V-trace every epoch: through a GRU's chunks", "[vtrace]") {
+  CheckUpdateAgainstGae("auto", CoreKind::kGru);
+}
+
+TEST_CASE("the config takes ppo.advantage and the V-trace bars, and refuses the graphed update by name", "[vtrace]") {
+  FarmConfig config;
+  REQUIRE(LoadConfig("", {"ppo.advantage=vtrace", "ppo.vtrace_rho_bar=2", "ppo.vtrace_c_bar=0.5"}, &config).ok());
+  CHECK(config.ppo.advantage == "vtrace");
+  CHECK(config.ppo.vtrace_rho_bar == 2.0);
+  CHECK(config.ppo.vtrace_c_bar == 0.5);
+  Status s = LoadConfig("", {"ppo.advantage=retrace"}, &config);
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("ppo.advantage"));
+  s = LoadConfig("", {"ppo.vtrace_c_bar=0"}, &config);
+  CHECK_THAT(s.message(), Catch::Contains("ppo.vtrace_c_bar"));
+  s = LoadConfig("", {"ppo.advantage=vtrace", "ppo.graph_update=on"}, &config);
+  CHECK_THAT(s.message(), Catch::Contains("ppo.graph_update=on cannot train with ppo.advantage=vtrace"));
+}
+
+}  // namespace
+}  // namespace farm
