@@ -267,7 +267,7 @@ void Learner::Impl::MaybeHandOff() {
     job.rollout.states = torch::Tensor();  // a critic on the observation (init_from) trains without states
     job.rollout.rows_per_state = 1;        // units of one row: minibatches need not keep an env's agents
   }
-  stats.last_lag = lag;
+  stats.AddLag(lag);
   // The schedule's progress when this rollout began (CleanRL: frac = 1 - (update - 1) / updates): the first update
   // runs at the full learning rate and the last one at lr / updates, not at 0.
   job.progress = std::min(1.0, static_cast<double>(update.handoff_env_steps) / static_cast<double>(config.total_env_steps));

@@ -70,9 +70,14 @@ std::vector<RunStats::Item> RunStats::Items(const Outside& o) const {
       {"update", updates, kMT},
       {"updates", updates, kSummary},
       {"update_seconds", last_update_seconds, kMT},
+      // The last rollout's policy lag (updates between acting and training) per update; the run's in summary.json.
       {"policy_lag_min", last_lag.min, kMT},
       {"policy_lag_avg", last_lag.avg, kMT},
+      {"policy_lag_p95", last_lag.p95, kMT},
       {"policy_lag_max", last_lag.max, kMT},
+      {"policy_lag_mean", run_lag.avg, kSummary},
+      {"policy_lag_p95_run", run_lag.p95, kSummary},
+      {"policy_lag_max_run", run_lag.max, kSummary},
       {"batch_rows_avg", batches ? static_cast<double>(batch_rows) / static_cast<double>(batches) : 0.0},
       // The inference thread's time split (adds up to its wall time) and the trainer's busy time beside it.
       {"time_wait_seconds", t.wait, kMT},
@@ -151,12 +156,13 @@ std::string RunStats::StatusLine(const Outside& outside, std::chrono::steady_clo
   if (workers_lost > 0 || rejoins > 0)
     workers = fmt::format(" ({} lost, {} rejoins)", workers_lost, rejoins);
   return fmt::format(
-      "[{:7.1f}s] steps {:>10} | {:>8.0f} sps | return {:>7} | v{} | {} workers{} | batch {:>6.1f} rows | "
+      "[{:7.1f}s] steps {:>10} | {:>8.0f} sps | return {:>7} | v{} lag {:.1f} p95 {} max {} | {} workers{} | "
+      "batch {:>6.1f} rows | "
       "inference thread: wait {:.0f}% held {:.0f}% admit {:.0f}% gather {:.0f}% infer {:.0f}% serve {:.0f}% "
       "handoff {:.0f}% "
       "report {:.0f}% other {:.0f}% | trainer busy {:.0f}%",
       wall, env_steps, sps, window.empty() ? std::string("-") : fmt::format("{:.1f}", window.mean_return()), version,
-      outside.workers_active, workers,
+      last_lag.avg, last_lag.p95, last_lag.max, outside.workers_active, workers,
       batches ? static_cast<double>(batch_rows) / static_cast<double>(batches) : 0.0, pct(t.wait), pct(t.held),
       pct(t.admit), pct(t.gather), pct(t.forward), pct(t.serve), pct(t.handoff), pct(t.report), pct(t.other),
       pct(outside.trainer_busy_seconds));

@@ -109,8 +109,16 @@ class RunStats {
   std::optional<int64_t> solved_at_steps;
   std::optional<double> solved_at_seconds;
   std::optional<double> solved_at_unix;
-  LagStats last_lag;
+  LagStats last_lag;  // the last rollout's
+  LagStats run_lag;   // every rollout's samples so far
   PpoStats last_ppo;
+
+  // A rollout's lag: the last one's, and added to the run's.
+  void AddLag(const LagStats& lag) {
+    last_lag = lag;
+    for (const auto& [l, n] : lag.counts) run_lag.counts[l] += n;
+    SummarizeLag(&run_lag);
+  }
 
   // Env steps counted since the last status line (for its steps/s).
   void CountSteps(int64_t env_steps_delta) {

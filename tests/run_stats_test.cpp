@@ -47,6 +47,25 @@ TEST_CASE("RunStats: metrics, TensorBoard, summary and status line come from one
   stats.rejoins = 2;
   stats.last_ppo.policy_loss = 0.25;
   stats.last_ppo.value_loss = std::nan("");
+  // Two rollouts' lags: 100 samples at lag 0..4 (20 each), then 100 at lag 3 (90) and 9 (10).
+  LagStats first, second;
+  for (int64_t l = 0; l < 5; ++l) first.counts[l] = 20;
+  second.counts[3] = 90;
+  second.counts[9] = 10;
+  SummarizeLag(&first);
+  SummarizeLag(&second);
+  CHECK(first.min == 0);
+  CHECK(first.avg == 2.0);
+  CHECK(first.p95 == 4);  // 80 samples are below 4
+  CHECK(first.max == 4);
+  stats.AddLag(first);
+  stats.AddLag(second);
+  CHECK(stats.last_lag.p95 == 9);  // 90 of 100 at 3: the 95th percentile is 9
+  CHECK(stats.last_lag.avg == Approx(3.6));
+  CHECK(stats.run_lag.min == 0);
+  CHECK(stats.run_lag.avg == Approx((200.0 + 360.0) / 200.0));
+  CHECK(stats.run_lag.p95 == 4);  // 190 of 200 samples at or below 4
+  CHECK(stats.run_lag.max == 9);
   RunStats::Outside o;
   o.workers_active = 4;
   o.store_bytes = 1 << 20;
@@ -73,6 +92,10 @@ TEST_CASE("RunStats: metrics, TensorBoard, summary and status line come from one
   CHECK_THAT(line, Catch::Contains("steps        500"));
   CHECK_THAT(line, Catch::Contains("4 workers (1 lost, 2 rejoins)"));
   CHECK_THAT(line, Catch::Contains("return    12.5"));
+  CHECK_THAT(line, Catch::Contains("lag 3.6 p95 9 max 9"));
+  CHECK(row["policy_lag_p95"] == 9);
+  CHECK(summary["policy_lag_p95_run"] == 4);
+  CHECK(summary["policy_lag_max_run"] == 9);
 }
 
 TEST_CASE("EpisodeQuota spreads N episodes evenly over K envs, the first N%K one more", "[stats][eval]") {

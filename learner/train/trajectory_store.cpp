@@ -298,6 +298,31 @@ int64_t TrajectoryStore::bytes_per_row_step() const {
          (core_numel_ > 0 ? static_cast<int64_t>(sizeof(float)) * core_numel_ / bptt_ : 0);
 }
 
+void SummarizeLag(LagStats* lag) {
+  int64_t samples = 0;
+  double sum = 0;
+  for (const auto& [l, n] : lag->counts) {
+    samples += n;
+    sum += static_cast<double>(l) * static_cast<double>(n);
+  }
+  if (samples == 0) {
+    lag->min = lag->p95 = lag->max = 0;
+    lag->avg = 0;
+    return;
+  }
+  lag->min = lag->counts.begin()->first;
+  lag->max = lag->counts.rbegin()->first;
+  lag->avg = sum / static_cast<double>(samples);
+  int64_t seen = 0;
+  for (const auto& [l, n] : lag->counts) {
+    seen += n;
+    if (20 * seen >= 19 * samples) {
+      lag->p95 = l;
+      break;
+    }
+  }
+}
+
 Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag,
                               const std::vector<int64_t>& state_shape) {
   if (state_numel_ > 0 && !state_shape.empty()) {
@@ -350,15 +375,18 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     copy_.take_gather_bytes += gathered;
   }
   if (lag) {
-    int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-    double sum = 0;
+    *lag = LagStats{};
+    int64_t previous = std::numeric_limits<int64_t>::min();
+    int64_t* run = nullptr;  // versions come in long runs of one value: one map lookup per run
     for (int64_t i = 0; i < T_ * N; ++i) {
       const int64_t l = current_version - arena->version[i];
-      lo = std::min(lo, l);
-      hi = std::max(hi, l);
-      sum += static_cast<double>(l);
+      if (l != previous || run == nullptr) {
+        run = &lag->counts[l];
+        previous = l;
+      }
+      ++*run;
     }
-    *lag = T_ * N > 0 ? LagStats{lo, sum / static_cast<double>(T_ * N), hi} : LagStats{};
+    SummarizeLag(lag);
   }
 
   // Every tensor keeps the arena alive; the last one dropped gives it back to the pool.

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -40,11 +41,18 @@
 
 namespace farm {
 
+// The policy lag of a rollout's samples: updates between the policy that acted on a step and the one the
+// rollout is handed to (0 in sync mode).
 struct LagStats {
   int64_t min = 0;
   double avg = 0;
+  int64_t p95 = 0;  // the smallest lag that at least 95% of the samples have or are below
   int64_t max = 0;
+  std::map<int64_t, int64_t> counts;  // samples per lag
 };
+
+// Sets min, avg, p95 and max from counts (all 0 without samples).
+void SummarizeLag(LagStats* lag);
 
 // Anonymous mappings for rollout arenas, kept for reuse (at most `keep` spare
 // ones) so that a steady run does not fault in fresh pages for every rollout.
