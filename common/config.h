@@ -247,6 +247,11 @@ struct PpoConfig {
   std::string advantage = "gae";
   double vtrace_rho_bar = 1.0;
   double vtrace_c_bar = 1.0;
+  // Samples acted on by a policy more than this many updates older than the one trained are left out of the
+  // loss (whole units: an env's agents together, a whole chunk through the core when any of its steps is too
+  // old), and the update's learning rate is scaled by the fraction of samples kept, as Sample Factory's
+  // max_policy_lag. Every sample still informs the others' advantages and targets. 0: off.
+  int max_policy_lag = 0;
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -278,6 +283,7 @@ struct PpoConfig {
     v("advantage", advantage, Rule::OneOf({"gae", "vtrace"}));
     v("vtrace_rho_bar", vtrace_rho_bar, Rule::Positive());
     v("vtrace_c_bar", vtrace_c_bar, Rule::Positive());
+    v("max_policy_lag", max_policy_lag, Rule::AtLeast(0));
   }
 };
 

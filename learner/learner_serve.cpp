@@ -296,6 +296,7 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   stats.update_seconds_total += r.update_seconds;
   stats.last_update_seconds = r.update_seconds;
   stats.last_ppo = r.stats;
+  stats.lag_dropped_total += r.stats.lag_dropped;
   update.path = r.update_path;
   update.graphed = r.graphed_updates;
   {

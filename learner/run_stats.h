@@ -111,6 +111,7 @@ class RunStats {
   std::optional<double> solved_at_unix;
   LagStats last_lag;  // the last rollout's
   LagStats run_lag;   // every rollout's samples so far
+  int64_t lag_dropped_total = 0;  // samples ppo.max_policy_lag left out of updates
   PpoStats last_ppo;
 
   // A rollout's lag: the last one's, and added to the run's.

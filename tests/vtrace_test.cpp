@@ -170,6 +170,12 @@ Rollout OnPolicyRollout(ActorCritic& policy, int64_t T, int64_t N, int64_t bptt)
   return r;
 }
 
+torch::Tensor FlatParameters(ActorCritic& policy) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : policy->parameters()) flat.push_back(t.detach().flatten().clone());
+  return torch::cat(flat);
+}
+
 void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
   const Space obs = Space::Box({3}, {-1}, {1});
   PolicyOptions options;
@@ -197,11 +203,7 @@ void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
     PpoTrainer trainer(policy, c, 5);
     CHECK(trainer.fused() == (fused_update == "on"));
     *stats = trainer.Update(rollout, 0);
-    return torch::cat([&] {
-      std::vector<torch::Tensor> flat;
-      for (const auto& t : policy->parameters()) flat.push_back(t.detach().flatten());
-      return flat;
-    }());
+    return FlatParameters(policy);
   };
   PpoStats gae_stats, vtrace_stats;
   // One epoch: the policy being trained is the behaviour policy, so V-trace (lambda 1) is GAE exactly.
@@ -233,6 +235,86 @@ TEST_CASE("the update recomputes V-trace every epoch: through a GRU's chunks", "
   CheckUpdateAgainstGae("auto", CoreKind::kGru);
 }
 
+// ppo.max_policy_lag on one update path: the samples past the limit are counted and never reach the loss (their
+// observations and actions can be anything), the learning rate is scaled by the share kept.
+void CheckLagFilter(const std::string& fused_update, CoreKind core) {
+  const Space obs = Space::Box({3}, {-1}, {1});
+  PolicyOptions options;
+  options.core = core;
+  options.core_size = 8;
+  const int64_t T = 8, N = 6, bptt = core == CoreKind::kNone ? 0 : 4;
+  torch::manual_seed(21);
+  ActorCritic probe(obs, Space::Discrete(2), std::vector<int>{16}, options);
+  Rollout rollout = OnPolicyRollout(probe, T, N, bptt);
+  // Rows 0 and 1 acted 3 updates ago in their first 2 steps, 1 update ago after; the rest 0 or 1.
+  rollout.lag = torch::randint(2, {T, N}, torch::kLong);
+  rollout.lag.index_put_({torch::indexing::Slice(0, 2), torch::indexing::Slice(0, 2)}, 3);
+  // Rows: 4 samples too old; chunks of 4 steps: the first chunk of rows 0 and 1, 8 samples.
+  const int64_t dropped = bptt == 0 ? 4 : 8;
+  PpoConfig config;
+  config.fused_update = fused_update;
+  config.anneal_lr = false;
+  config.lr = 0.01;
+  config.num_minibatches = 2;
+  config.update_epochs = 2;
+  const auto train = [&](const Rollout& r, int max_lag, PpoStats* stats) {
+    torch::manual_seed(22);
+    ActorCritic policy(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    PpoConfig c = config;
+    c.max_policy_lag = max_lag;
+    PpoTrainer trainer(policy, c, 7);
+    CHECK(trainer.fused() == (fused_update == "on"));
+    *stats = trainer.Update(r, 0);
+    return FlatParameters(policy);
+  };
+  // The same rollout with the too-old samples' observations and actions replaced.
+  Rollout scrambled = rollout;
+  scrambled.obs = rollout.obs.clone();
+  scrambled.actions = rollout.actions.clone();
+  const torch::Tensor old = (rollout.lag > 2).unsqueeze(-1).expand_as(scrambled.obs);
+  scrambled.obs.masked_fill_(old, 7.0f);
+  scrambled.actions.masked_fill_(rollout.lag > 2, 1);
+  scrambled.actions.masked_fill_(rollout.lag > 2 & rollout.actions == 1, 0);
+  PpoStats a, b, off;
+  const torch::Tensor kept_a = train(rollout, 2, &a);
+  const torch::Tensor kept_b = train(scrambled, 2, &b);
+  CHECK(a.lag_dropped == dropped);
+  CHECK(a.samples == T * N - dropped);
+  CHECK(a.learning_rate == Approx(0.01 * static_cast<double>(T * N - dropped) / static_cast<double>(T * N)));
+  // What was dropped never reached the loss (a kept chunk after a dropped one starts from its stored state).
+  CHECK(testing::RelativeDiff(kept_a, kept_b) < 1e-6);
+  // Off: everything trains, and the scrambled samples change the result.
+  const torch::Tensor all_a = train(rollout, 0, &off);
+  const torch::Tensor all_b = train(scrambled, 0, &b);
+  CHECK(off.lag_dropped == 0);
+  CHECK(off.samples == T * N);
+  CHECK(testing::RelativeDiff(all_a, all_b) > 1e-4);
+  // A limit no sample is within: no step at all.
+  const torch::Tensor before = [&] {
+    torch::manual_seed(22);
+    ActorCritic policy(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    return FlatParameters(policy);
+  }();
+  Rollout stale = rollout;
+  stale.lag = torch::full({T, N}, 5, torch::kLong);
+  PpoStats none;
+  CHECK(torch::equal(train(stale, 2, &none), before));
+  CHECK(none.lag_dropped == T * N);
+  CHECK(none.samples == 0);
+}
+
+TEST_CASE("max_policy_lag leaves old samples out of the loss and counts them: the fused path", "[vtrace][lag]") {
+  CheckLagFilter("on", CoreKind::kNone);
+}
+
+TEST_CASE("max_policy_lag leaves old samples out of the loss and counts them: the LibTorch path", "[vtrace][lag]") {
+  CheckLagFilter("off", CoreKind::kNone);
+}
+
+TEST_CASE("max_policy_lag leaves whole chunks out when any of their steps is too old", "[vtrace][lag]") {
+  CheckLagFilter("auto", CoreKind::kGru);
+}
+
 TEST_CASE("the config takes ppo.advantage and the V-trace bars, and refuses the graphed update by name", "[vtrace]") {
   FarmConfig config;
   REQUIRE(LoadConfig("", {"ppo.advantage=vtrace", "ppo.vtrace_rho_bar=2", "ppo.vtrace_c_bar=0.5"}, &config).ok());
@@ -246,6 +328,8 @@ TEST_CASE("the config takes ppo.advantage and the V-trace bars, and refuses the 
   CHECK_THAT(s.message(), Catch::Contains("ppo.vtrace_c_bar"));
   s = LoadConfig("", {"ppo.advantage=vtrace", "ppo.graph_update=on"}, &config);
   CHECK_THAT(s.message(), Catch::Contains("ppo.graph_update=on cannot train with ppo.advantage=vtrace"));
+  s = LoadConfig("", {"ppo.max_policy_lag=-1"}, &config);
+  CHECK_THAT(s.message(), Catch::Contains("ppo.max_policy_lag"));
 }
 
 }  // namespace

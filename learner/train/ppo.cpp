@@ -51,6 +51,21 @@ double ExplainedVariance(const torch::Tensor& pred, const torch::Tensor& y) {
   return 1.0 - (y - pred).var(/*unbiased=*/false).item<double>() / var_y;
 }
 
+// The units (rows; runs of k rows; chunks with their k columns) whose every sample's lag is at most
+// max_lag, as int64 indices; undefined when all are (or max_lag is 0, or the rollout has no lags).
+torch::Tensor UnitsWithinLag(const Rollout& rollout, int64_t k, bool recurrent, int64_t max_lag) {
+  if (max_lag <= 0 || !rollout.lag.defined()) return {};
+  torch::Tensor lag = rollout.lag.to(torch::kCPU, torch::kLong);
+  // Per unit, its oldest sample: rows [T * N] -> [units, k]; chunks [L, C * N] -> [C * N / k, k * L].
+  const torch::Tensor per_unit = recurrent ? std::get<0>(ToChunks(lag, rollout.bptt, torch::kCPU).max(0))
+                                                 .view({-1, k})
+                                                 .amax(1)
+                                           : lag.flatten().view({-1, k}).amax(1);
+  const torch::Tensor within = per_unit <= max_lag;
+  if (within.all().item<bool>()) return {};
+  return within.nonzero().flatten();
+}
+
 }  // namespace
 
 Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
@@ -108,6 +123,7 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
       {"skipped_steps", static_cast<double>(skipped_steps)},
       {"epochs", static_cast<double>(epochs)},
       {"samples", static_cast<double>(samples)},
+      {"lag_dropped", static_cast<double>(lag_dropped)},
   };
   if (vtrace) {
     items.push_back({"vtrace_ratio", vtrace_ratio});
@@ -322,8 +338,15 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   const torch::Device device = params.front().device();
 
   PpoStats stats;
-  stats.samples = batch;
   stats.learning_rate = config_.anneal_lr ? config_.lr * (1.0 - std::clamp(progress, 0.0, 1.0)) : config_.lr;
+  // ppo.max_policy_lag: the units the loss keeps (undefined: all), and the learning rate scaled by their share.
+  const torch::Tensor kept_host = UnitsWithinLag(rollout, k, recurrent, config_.max_policy_lag);
+  const int64_t units_kept = kept_host.defined() ? kept_host.size(0) : units;
+  const torch::Tensor kept = kept_host.defined() ? kept_host.to(device) : torch::Tensor();
+  stats.samples = units_kept * (batch / units);
+  stats.lag_dropped = batch - stats.samples;
+  stats.learning_rate *= static_cast<double>(units_kept) / static_cast<double>(units);
+  if (units_kept == 0) return stats;  // every sample too old: nothing to train on
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
   }
@@ -376,14 +399,20 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
 
   if (fused_) {  // never with states (see the constructor)
     FusedPpoUpdate::EpochHook hook;
+    PpoBatch batch_in{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns};
+    if (kept.defined()) {  // rows (the fused update has k = 1): the kept ones alone
+      for (torch::Tensor* t : {&batch_in.obs, &batch_in.actions, &batch_in.logp, &batch_in.values,
+                               &batch_in.advantages, &batch_in.returns})
+        *t = t->index_select(0, kept);
+    }
     if (vtrace)
       hook = [&](torch::Tensor& advantages, torch::Tensor& returns) {
         const Advantages a = vtrace_targets();
-        advantages.copy_(a.advantages.flatten());
-        returns.copy_(a.returns.flatten());
+        const torch::Tensor adv = a.advantages.flatten(), ret = a.returns.flatten();
+        advantages.copy_(kept.defined() ? adv.index_select(0, kept) : adv);
+        returns.copy_(kept.defined() ? ret.index_select(0, kept) : ret);
       };
-    fused_->Run(PpoBatch{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns}, generator_, *optimizer_,
-                &stats, cancel, hook);
+    fused_->Run(batch_in, generator_, *optimizer_, &stats, cancel, hook);
     stats.loss_scale = scaler_.scale();
     stats.explained_variance = ExplainedVariance(b_values, b_returns);
     finish_vtrace();
@@ -391,17 +420,17 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   }
 
   // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
-  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, units);
+  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, units_kept);
   // A minibatch's permutation of units: on CUDA drawn on the device (LibTorch's default CUDA generator,
   // seeded by torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch.
   const auto permutation = [&] {
-    if (!device.is_cuda()) return torch::randperm(units, generator_, torch::kLong);
+    if (!device.is_cuda()) return torch::randperm(units_kept, generator_, torch::kLong);
     const auto generator_lock = LockCudaGenerator(device);  // the inference thread may be capturing
-    return torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device));
+    return torch::randperm(units_kept, torch::TensorOptions().dtype(torch::kLong).device(device));
   };
 
   // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
-  if (!recurrent && !vtrace && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
+  if (!recurrent && !vtrace && !kept.defined() && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
     if (!graphed_)
       graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
     const int64_t per_minibatch = units / num_minibatches;
@@ -440,9 +469,10 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     const torch::Tensor perm = permutation();
     torch::Tensor last_approx_kl;
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
-      const int64_t begin = mb * units / num_minibatches;
-      const int64_t end = (mb + 1) * units / num_minibatches;
-      const torch::Tensor unit_idx = perm.slice(0, begin, end);
+      const int64_t begin = mb * units_kept / num_minibatches;
+      const int64_t end = (mb + 1) * units_kept / num_minibatches;
+      const torch::Tensor drawn = perm.slice(0, begin, end);
+      const torch::Tensor unit_idx = kept.defined() ? kept.index_select(0, drawn) : drawn;
       const PpoLoss loss = recurrent
                                ? ChunkMinibatchLoss(*policy_, chunks, unit_idx, k, arange_k, precision_, config_)
                                : MinibatchLoss(*policy_, rows, unit_idx, k, arange_k, precision_, config_);

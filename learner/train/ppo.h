@@ -39,6 +39,9 @@ struct Rollout {
   // bptt steps (undefined, and bptt 0, without one).
   torch::Tensor core_states;
   int64_t bptt = 0;
+  // int64 [T, N]: updates between the policy that acted on each step and the one this rollout trains
+  // (undefined: all 0). ppo.max_policy_lag leaves the older ones out of the loss.
+  torch::Tensor lag;
 };
 
 struct Advantages {
@@ -68,6 +71,9 @@ struct PpoStats {
   bool cancelled = false;     // cut short by Update's `cancel` (a stop request): fewer minibatch steps ran
   // ppo.advantage=vtrace (learner/train/vtrace.h): means over the epochs of the ratio pi/mu and of the fractions
   // of steps whose ratio the rho and c bars clipped. Listed by Items only when `vtrace`.
+  // ppo.max_policy_lag: samples left out of this update's loss for their lag (whole units: an env's agents, a
+  // chunk), and the learning rate scaled by the fraction kept (learning_rate is the scaled one).
+  int64_t lag_dropped = 0;
   bool vtrace = false;
   double vtrace_ratio = 0;
   double vtrace_rho_clipped = 0;

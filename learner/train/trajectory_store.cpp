@@ -417,6 +417,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   r.rewards = view(arena->reward, {T_, N}, f32);
   r.dones = view(arena->done, {T_, N}, f32);
   r.last_value = view(arena->bootstrap, {N}, f32);
+  r.lag = current_version - view(arena->version, {T_, N}, torch::kInt64);  // its own memory, not the arena's
   if (core_numel_ > 0) {
     r.core_states = view(arena->core, {T_ / bptt_, N, core_numel_}, f32);
     r.bptt = bptt_;
