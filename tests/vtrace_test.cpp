@@ -223,6 +223,50 @@ void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
   CHECK(std::isfinite(vtrace_stats.policy_loss));
 }
 
+TEST_CASE("V-trace with a centralised critic: each agent row its own ratio, its env's value", "[vtrace]") {
+  // 3 envs of 2 agents: the critic values each env's global state once; every agent row takes that value.
+  const Space obs = Space::Box({3}, {-1}, {1});
+  PolicyOptions options;
+  options.global_state = Space::Box({4}, {-1}, {1});
+  const int64_t T = 8, N = 6, k = 2;
+  const auto make = [&] {
+    torch::manual_seed(31);
+    return ActorCritic(obs, Space::Discrete(2), std::vector<int>{16}, options);
+  };
+  ActorCritic probe = make();
+  torch::manual_seed(32);
+  Rollout r;
+  r.obs = torch::randn({T, N, 3});
+  r.states = torch::randn({T, N / k, 4});
+  r.rows_per_state = k;
+  r.actions = torch::randint(2, {T, N}, torch::kLong);
+  r.rewards = torch::randn({T, N});
+  r.dones = (torch::rand({T, N / k, 1}) < 0.15).to(torch::kFloat32).expand({T, N / k, k}).reshape({T, N});
+  r.last_value = torch::randn({N / k}).repeat_interleave(k);
+  const PpoRows rows{r.obs.flatten(0, 1), r.states.flatten(0, 1), r.actions.flatten(0, 1), torch::zeros({T * N}),
+                     torch::zeros({T * N}), torch::zeros({T * N}), torch::zeros({T * N})};
+  const auto [logp, value] = EvaluateRows(*probe, rows, k, Precision::kFp32);
+  r.logp = logp.view({T, N}).clone();
+  r.values = value.view({T, N}).clone();
+  // The agents of an env share its value: the critic ran once per state.
+  CHECK(torch::equal(r.values.select(1, 0), r.values.select(1, 1)));
+  CHECK_FALSE(torch::equal(r.logp.select(1, 0), r.logp.select(1, 1)));
+  PpoConfig config;
+  config.gae_lambda = 1.0;
+  config.num_minibatches = 3;
+  config.update_epochs = 1;
+  const auto train = [&](const std::string& advantage) {
+    ActorCritic policy = make();
+    PpoConfig c = config;
+    c.advantage = advantage;
+    PpoTrainer trainer(policy, c, 5);
+    const PpoStats stats = trainer.Update(r, 0);
+    CHECK(stats.vtrace == (advantage == "vtrace"));
+    return FlatParameters(policy);
+  };
+  CHECK(testing::RelativeDiff(train("vtrace"), train("gae")) < 1e-5);
+}
+
 TEST_CASE("the update recomputes V-trace every epoch: the fused path", "[vtrace]") {
   CheckUpdateAgainstGae("on", CoreKind::kNone);
 }
