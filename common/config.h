@@ -250,8 +250,10 @@ struct PpoConfig {
   // Samples acted on by a policy more than this many updates older than the one trained are left out of the
   // loss (whole units: an env's agents together, a whole chunk through the core when any of its steps is too
   // old), and the update's learning rate is scaled by the fraction of samples kept, as Sample Factory's
-  // max_policy_lag. Every sample still informs the others' advantages and targets. 0: off.
-  int max_policy_lag = 0;
+  // max_policy_lag. Every sample still informs the others' advantages and targets. Unset: off. The farm's
+  // async lag is at most 1 (a rollout that fills while the trainer is busy waits for it), so 0 (train on
+  // the current policy's samples alone) is the setting that drops anything today.
+  std::optional<int> max_policy_lag;
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "common/config.h"
@@ -279,6 +280,8 @@ TEST_CASE("the update recomputes V-trace every epoch: through a GRU's chunks", "
   CheckUpdateAgainstGae("auto", CoreKind::kGru);
 }
 
+int64_t bptt_or_one(int64_t bptt) { return bptt > 0 ? bptt : 1; }
+
 // ppo.max_policy_lag on one update path: the samples past the limit are counted and never reach the loss (their
 // observations and actions can be anything), the learning rate is scaled by the share kept.
 void CheckLagFilter(const std::string& fused_update, CoreKind core) {
@@ -301,7 +304,7 @@ void CheckLagFilter(const std::string& fused_update, CoreKind core) {
   config.lr = 0.01;
   config.num_minibatches = 2;
   config.update_epochs = 2;
-  const auto train = [&](const Rollout& r, int max_lag, PpoStats* stats) {
+  const auto train = [&](const Rollout& r, std::optional<int> max_lag, PpoStats* stats) {
     torch::manual_seed(22);
     ActorCritic policy(obs, Space::Discrete(2), std::vector<int>{16}, options);
     PpoConfig c = config;
@@ -328,8 +331,8 @@ void CheckLagFilter(const std::string& fused_update, CoreKind core) {
   // What was dropped never reached the loss (a kept chunk after a dropped one starts from its stored state).
   CHECK(testing::RelativeDiff(kept_a, kept_b) < 1e-6);
   // Off: everything trains, and the scrambled samples change the result.
-  const torch::Tensor all_a = train(rollout, 0, &off);
-  const torch::Tensor all_b = train(scrambled, 0, &b);
+  const torch::Tensor all_a = train(rollout, std::nullopt, &off);
+  const torch::Tensor all_b = train(scrambled, std::nullopt, &b);
   CHECK(off.lag_dropped == 0);
   CHECK(off.samples == T * N);
   CHECK(testing::RelativeDiff(all_a, all_b) > 1e-4);
@@ -345,6 +348,13 @@ void CheckLagFilter(const std::string& fused_update, CoreKind core) {
   CHECK(torch::equal(train(stale, 2, &none), before));
   CHECK(none.lag_dropped == T * N);
   CHECK(none.samples == 0);
+  // 0: the current policy's samples alone.
+  Rollout fresh = rollout;
+  fresh.lag = torch::zeros({T, N}, torch::kLong);
+  fresh.lag.index_put_({torch::indexing::Slice(T - bptt_or_one(bptt), T), 0}, 1);
+  PpoStats zero;
+  (void)train(fresh, 0, &zero);
+  CHECK(zero.lag_dropped == bptt_or_one(bptt));
 }
 
 TEST_CASE("max_policy_lag leaves old samples out of the loss and counts them: the fused path", "[vtrace][lag]") {
@@ -374,6 +384,12 @@ TEST_CASE("the config takes ppo.advantage and the V-trace bars, and refuses the 
   CHECK_THAT(s.message(), Catch::Contains("ppo.graph_update=on cannot train with ppo.advantage=vtrace"));
   s = LoadConfig("", {"ppo.max_policy_lag=-1"}, &config);
   CHECK_THAT(s.message(), Catch::Contains("ppo.max_policy_lag"));
+  FarmConfig defaults;
+  REQUIRE(LoadConfig("", {}, &defaults).ok());
+  CHECK_FALSE(defaults.ppo.max_policy_lag.has_value());  // off unless set
+  FarmConfig zero;
+  REQUIRE(LoadConfig("", {"ppo.max_policy_lag=0"}, &zero).ok());
+  CHECK(zero.ppo.max_policy_lag == 0);
 }
 
 }  // namespace

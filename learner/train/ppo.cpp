@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -52,16 +53,16 @@ double ExplainedVariance(const torch::Tensor& pred, const torch::Tensor& y) {
 }
 
 // The units (rows; runs of k rows; chunks with their k columns) whose every sample's lag is at most
-// max_lag, as int64 indices; undefined when all are (or max_lag is 0, or the rollout has no lags).
-torch::Tensor UnitsWithinLag(const Rollout& rollout, int64_t k, bool recurrent, int64_t max_lag) {
-  if (max_lag <= 0 || !rollout.lag.defined()) return {};
+// max_lag, as int64 indices; undefined when all are (or there is no max_lag, or the rollout has no lags).
+torch::Tensor UnitsWithinLag(const Rollout& rollout, int64_t k, bool recurrent, std::optional<int> max_lag) {
+  if (!max_lag || !rollout.lag.defined()) return {};
   torch::Tensor lag = rollout.lag.to(torch::kCPU, torch::kLong);
   // Per unit, its oldest sample: rows [T * N] -> [units, k]; chunks [L, C * N] -> [C * N / k, k * L].
   const torch::Tensor per_unit = recurrent ? std::get<0>(ToChunks(lag, rollout.bptt, torch::kCPU).max(0))
                                                  .view({-1, k})
                                                  .amax(1)
                                            : lag.flatten().view({-1, k}).amax(1);
-  const torch::Tensor within = per_unit <= max_lag;
+  const torch::Tensor within = per_unit <= *max_lag;
   if (within.all().item<bool>()) return {};
   return within.nonzero().flatten();
 }
