@@ -183,6 +183,46 @@ TEST_CASE("a recurrent policy's update re-runs a chunk to the log-probs and valu
   }
 }
 
+TEST_CASE("a centralised critic's core re-runs once per env, to the values it acted with", "[core]") {
+  // 2 envs of 2 agents: the critic reads each env's global state and keeps one state per env.
+  const Space obs = Space::Box({4}, {-1}, {1});
+  torch::manual_seed(13);
+  PolicyOptions options;
+  options.core = CoreKind::kGru;
+  options.core_size = 8;
+  options.global_state = Space::Box({5}, {-1}, {1});
+  ActorCritic policy(obs, Space::Discrete(3), std::vector<int>{16}, options);
+  const int64_t L = 5, B = 4, k = 2;
+  torch::Tensor starts = torch::zeros({L, B});
+  starts[2][2] = starts[2][3] = 1;  // env 1's agents start a new episode together
+  const torch::Tensor state0 = torch::randn({B, policy->core_state_size()}) * 0.5;
+  std::vector<torch::Tensor> observations, global, actions, values;
+  torch::Tensor state = state0;
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t t = 0; t < L; ++t) {
+      const torch::Tensor o = torch::randn({B, 4});
+      const torch::Tensor g = torch::randn({B / k, 5});
+      state = state * (1 - starts[t]).unsqueeze(-1);
+      const ActOutput out = policy->Act(o, g, false, true, {}, state);
+      state = out.core_state;
+      observations.push_back(o);
+      global.push_back(g);
+      actions.push_back(out.action);
+      values.push_back(out.value);
+    }
+  }
+  const EvalOutput eval = policy->EvaluateSequence(torch::cat(observations), torch::cat(global), torch::cat(actions),
+                                                  state0, starts);
+  CHECK(Close(eval.value, torch::cat(values)));
+  const torch::Tensor v = eval.value.view({L, B});
+  CHECK(torch::equal(v.select(1, 0), v.select(1, 1)));  // an env's agents share its value
+  CHECK_THROWS_WITH(policy->EvaluateSequence(torch::cat(observations).narrow(0, 0, L * 3), torch::cat(global),
+                                             torch::cat(actions).narrow(0, 0, L * 3), state0.narrow(0, 0, 3),
+                                             starts.narrow(1, 0, 3)),
+                    Catch::Contains("rows"));
+}
+
 TEST_CASE("policy_spec.json records the core, and the policy is rebuilt with it", "[core]") {
   const Space obs = Space::Box({4}, {-1}, {1});
   PolicyOptions options;

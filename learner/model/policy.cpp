@@ -414,17 +414,18 @@ EvalOutput ActorCriticImpl::EvaluateSequence(const torch::Tensor& obs, const tor
     out.value = CriticValue(obs, state, "EvaluateSequence");
     return out;
   }
+  // A centralised critic (k > 1 rows share each state): its core runs once per run of k rows, from the run's
+  // first row's state and starts (an env's agents start and end their episodes together).
   if (batch % k != 0)
     throw std::invalid_argument("ActorCritic::EvaluateSequence: " + std::to_string(batch) +
                                 " sequences are not whole runs of " + std::to_string(k) + " rows sharing a state");
   const int64_t runs = batch / k;
-  const torch::Tensor critic0 = core_state0.narrow(1, actor_size, critic_core_->state_size());
-  const torch::Tensor run0 = k == 1 ? critic0 : critic0.view({runs, k, -1}).select(1, 0);
-  const torch::Tensor run_starts = k == 1 ? starts : starts.view({steps, runs, k}).select(2, 0);
+  const torch::Tensor run0 =
+      core_state0.narrow(1, actor_size, critic_core_->state_size()).view({runs, k, -1}).select(1, 0);
+  const torch::Tensor run_starts = starts.view({steps, runs, k}).select(2, 0);
   const torch::Tensor critic_out =
       critic_core_->Unroll(critic_in.view({steps, runs, -1}), run0, run_starts).reshape({steps * runs, -1});
-  const torch::Tensor value = critic_->forward(critic_out).squeeze(-1);
-  out.value = k == 1 ? value : value.repeat_interleave(k);
+  out.value = critic_->forward(critic_out).squeeze(-1).repeat_interleave(k);
   return out;
 }
 
