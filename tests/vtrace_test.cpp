@@ -280,6 +280,47 @@ TEST_CASE("the update recomputes V-trace every epoch: through a GRU's chunks", "
   CheckUpdateAgainstGae("auto", CoreKind::kGru);
 }
 
+TEST_CASE("the fused and LibTorch updates take the same V-trace steps and report the same explained variance",
+          "[vtrace]") {
+  // Three epochs with large steps: the targets of the last epoch are far from GAE's, so an explained variance
+  // measured against GAE's returns (as the fused path once did) differs from the one against V-trace's.
+  const Space obs = Space::Box({3}, {-1}, {1});
+  const auto make = [&] {
+    torch::manual_seed(41);
+    return ActorCritic(obs, Space::Discrete(2), std::vector<int>{16});
+  };
+  ActorCritic probe = make();
+  torch::manual_seed(42);
+  Rollout rollout = OnPolicyRollout(probe, 8, 6, 0);
+  // Some samples too old for max_policy_lag: the fused update then trains on its own copy of the kept rows.
+  rollout.lag = (torch::rand({8, 6}) < 0.2).to(torch::kLong) * 2;
+  PpoConfig config;
+  config.max_policy_lag = 1;
+  config.advantage = "vtrace";
+  config.lr = 0.03;
+  config.anneal_lr = false;
+  config.num_minibatches = 2;
+  config.update_epochs = 3;
+  const auto train = [&](const std::string& fused_update, PpoStats* stats) {
+    ActorCritic policy = make();
+    PpoConfig c = config;
+    c.fused_update = fused_update;
+    PpoTrainer trainer(policy, c, 5);
+    REQUIRE(trainer.fused() == (fused_update == "on"));
+    *stats = trainer.Update(rollout, 0);
+    return FlatParameters(policy);
+  };
+  PpoStats fused, libtorch, gae;
+  CHECK(testing::RelativeDiff(train("on", &fused), train("off", &libtorch)) < 1e-4);
+  CHECK(fused.vtrace_ratio == Approx(libtorch.vtrace_ratio).epsilon(1e-4));
+  CHECK(fused.lag_dropped == libtorch.lag_dropped);
+  CHECK(fused.lag_dropped > 0);
+  CHECK(fused.explained_variance == Approx(libtorch.explained_variance).epsilon(1e-4));
+  config.advantage = "gae";
+  (void)train("off", &gae);
+  CHECK(std::abs(gae.explained_variance - libtorch.explained_variance) > 1e-3);
+}
+
 int64_t bptt_or_one(int64_t bptt) { return bptt > 0 ? bptt : 1; }
 
 // ppo.max_policy_lag on one update path: the samples past the limit are counted and never reach the loss (their

@@ -246,16 +246,28 @@ int PpoTrainer::graph_captures() const { return graphed_ ? graphed_->captures() 
 
 PpoTrainer::~PpoTrainer() = default;
 
-PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
-                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
-  // The rows of the units (the units themselves when k is 1); a state per unit, from its first row.
-  const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
-  AutocastGuard autocast(rows.obs.device(), precision);
-  const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx) : torch::Tensor();
-  EvalOutput eval = policy.Evaluate(rows.obs.index_select(0, idx), states, rows.actions.index_select(0, idx));
+torch::Tensor UnitRows(const torch::Tensor& unit_idx, int64_t k, const torch::Tensor& arange_k) {
+  return k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
+}
+
+EvalOutput EvaluateUnits(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx,
+                         const torch::Tensor& row_idx, Precision precision) {
+  EvalOutput eval;
+  {
+    AutocastGuard autocast(rows.obs.device(), precision);
+    const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx) : torch::Tensor();
+    eval = policy.Evaluate(rows.obs.index_select(0, row_idx), states, rows.actions.index_select(0, row_idx));
+  }
   eval.logp = eval.logp.to(torch::kFloat32);
   eval.value = eval.value.to(torch::kFloat32);
   eval.entropy = eval.entropy.to(torch::kFloat32);
+  return eval;
+}
+
+PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
+                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
+  const torch::Tensor idx = UnitRows(unit_idx, k, arange_k);
+  const EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, idx, precision);
   return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
                         rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config);
 }
@@ -265,15 +277,14 @@ std::pair<torch::Tensor, torch::Tensor> EvaluateRows(ActorCriticImpl& policy, co
   torch::NoGradGuard no_grad;
   const int64_t units = rows.obs.size(0) / k;
   const int64_t per_slice = std::max<int64_t>(1, 16384 / k);  // about 16k rows at a time
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(rows.obs.device());
+  const torch::Tensor arange_k = torch::arange(k, opts);
   std::vector<torch::Tensor> logps, values;
   for (int64_t u0 = 0; u0 < units; u0 += per_slice) {
-    const int64_t u1 = std::min(units, u0 + per_slice);
-    AutocastGuard autocast(rows.obs.device(), precision);
-    const torch::Tensor states = rows.states.defined() ? rows.states.slice(0, u0, u1) : torch::Tensor();
-    const EvalOutput eval =
-        policy.Evaluate(rows.obs.slice(0, u0 * k, u1 * k), states, rows.actions.slice(0, u0 * k, u1 * k));
-    logps.push_back(eval.logp.to(torch::kFloat32));
-    values.push_back(eval.value.to(torch::kFloat32));
+    const torch::Tensor unit_idx = torch::arange(u0, std::min(units, u0 + per_slice), opts);
+    const EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, UnitRows(unit_idx, k, arange_k), precision);
+    logps.push_back(eval.logp);
+    values.push_back(eval.value);
   }
   return {torch::cat(logps), torch::cat(values)};
 }
@@ -371,23 +382,21 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   // why per epoch). They replace GAE's in place, in the rows, the chunks or the fused update's own batch.
   std::unique_ptr<VtraceCorrection> vtrace;
   if (config_.advantage == "vtrace") vtrace = std::make_unique<VtraceCorrection>(rollout, config_);
-  const auto vtrace_targets = [&]() -> Advantages {
-    if (recurrent) {
-      const auto [logp, value] = EvaluateChunks(*policy_, chunks, k, precision_);
-      return vtrace->Recompute(FromChunks(logp, steps), FromChunks(value, steps));
-    }
-    const auto [logp, value] = EvaluateRows(*policy_, rows, k, precision_);
-    return vtrace->Recompute(logp.view({steps, envs}), value.view({steps, envs}));
-  };
+  // Rewrites b_advantages and b_returns (and the chunks' copies) with the targets of the policy as it is now.
   const auto begin_epoch = [&] {
     if (!vtrace) return;
-    const Advantages a = vtrace_targets();
-    b_advantages.copy_(a.advantages.flatten());
-    b_returns.copy_(a.returns.flatten());  // the explained variance's targets
+    Advantages a;
     if (recurrent) {
+      const auto [logp, value] = EvaluateChunks(*policy_, chunks, k, precision_);
+      a = vtrace->Recompute(FromChunks(logp, steps), FromChunks(value, steps));
       chunks.advantages.copy_(ToChunks(a.advantages, rollout.bptt, device));
       chunks.returns.copy_(ToChunks(a.returns, rollout.bptt, device));
+    } else {
+      const auto [logp, value] = EvaluateRows(*policy_, rows, k, precision_);
+      a = vtrace->Recompute(logp.view({steps, envs}), value.view({steps, envs}));
     }
+    b_advantages.copy_(a.advantages.flatten());
+    b_returns.copy_(a.returns.flatten());  // the explained variance's targets too
   };
   const auto finish_vtrace = [&] {
     if (!vtrace) return;
@@ -408,10 +417,9 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     }
     if (vtrace)
       hook = [&](torch::Tensor& advantages, torch::Tensor& returns) {
-        const Advantages a = vtrace_targets();
-        const torch::Tensor adv = a.advantages.flatten(), ret = a.returns.flatten();
-        advantages.copy_(kept.defined() ? adv.index_select(0, kept) : adv);
-        returns.copy_(kept.defined() ? ret.index_select(0, kept) : ret);
+        begin_epoch();
+        advantages.copy_(kept.defined() ? b_advantages.index_select(0, kept) : b_advantages);
+        returns.copy_(kept.defined() ? b_returns.index_select(0, kept) : b_returns);
       };
     fused_->Run(batch_in, generator_, *optimizer_, &stats, cancel, hook);
     stats.loss_scale = scaler_.scale();

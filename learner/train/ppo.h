@@ -108,6 +108,16 @@ struct PpoRows {
   torch::Tensor returns;
 };
 
+// The rows of units `unit_idx` (unit u: rows u * k .. u * k + k - 1; the units themselves when k is 1);
+// `arange_k` is torch::arange(k) on their device.
+torch::Tensor UnitRows(const torch::Tensor& unit_idx, int64_t k, const torch::Tensor& arange_k);
+
+// The policy on units `unit_idx` (their rows `row_idx`, from UnitRows): the forward in `precision`
+// (AutocastGuard), its outputs cast to float32. Every evaluation of rows (a minibatch's loss, V-trace's
+// per-epoch pass) goes through it, so they all see the same numbers.
+EvalOutput EvaluateUnits(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx,
+                         const torch::Tensor& row_idx, Precision precision);
+
 // One minibatch's loss, as both LibTorch-path updates (PpoTrainer's and GraphedPpoStep's) compute it: the
 // minibatch is the units `unit_idx`, each `k` consecutive rows sharing one state (k = 1: rows on their own);
 // `arange_k` is torch::arange(k) on the device. The forward runs in `precision` (AutocastGuard) and its

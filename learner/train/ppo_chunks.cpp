@@ -8,6 +8,10 @@
 
 namespace farm {
 
+torch::Tensor PickColumns(const torch::Tensor& t, const torch::Tensor& columns) {
+  return t.index_select(1, columns).flatten(0, 1);
+}
+
 torch::Tensor ToChunks(const torch::Tensor& t, int64_t L, torch::Device device) {
   const int64_t T = t.size(0);
   std::vector<int64_t> split{T / L, L};
@@ -59,6 +63,21 @@ PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Devic
   return c;
 }
 
+EvalOutput EvaluateChunkUnits(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx,
+                              const torch::Tensor& column_idx, Precision precision) {
+  EvalOutput eval;
+  {
+    AutocastGuard autocast(chunks.obs.device(), precision);
+    const torch::Tensor states = chunks.states.defined() ? PickColumns(chunks.states, unit_idx) : torch::Tensor();
+    eval = policy.EvaluateSequence(PickColumns(chunks.obs, column_idx), states, PickColumns(chunks.actions, column_idx),
+                                   chunks.core0.index_select(0, column_idx), chunks.starts.index_select(1, column_idx));
+  }
+  eval.logp = eval.logp.to(torch::kFloat32);
+  eval.value = eval.value.to(torch::kFloat32);
+  eval.entropy = eval.entropy.to(torch::kFloat32);
+  return eval;
+}
+
 std::pair<torch::Tensor, torch::Tensor> EvaluateChunks(ActorCriticImpl& policy, const PpoChunks& chunks, int64_t k,
                                                        Precision precision) {
   torch::NoGradGuard no_grad;
@@ -69,37 +88,20 @@ std::pair<torch::Tensor, torch::Tensor> EvaluateChunks(ActorCriticImpl& policy, 
   std::vector<torch::Tensor> logps, values;
   for (int64_t u0 = 0; u0 < units; u0 += per_slice) {
     const torch::Tensor unit_idx = torch::arange(u0, std::min(units, u0 + per_slice), opts);
-    const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
-    const auto pick = [&](const torch::Tensor& t, const torch::Tensor& columns) {
-      return t.index_select(1, columns).flatten(0, 1);
-    };
-    AutocastGuard autocast(chunks.obs.device(), precision);
-    const torch::Tensor states = chunks.states.defined() ? pick(chunks.states, unit_idx) : torch::Tensor();
-    const EvalOutput eval = policy.EvaluateSequence(pick(chunks.obs, idx), states, pick(chunks.actions, idx),
-                                                    chunks.core0.index_select(0, idx),
-                                                    chunks.starts.index_select(1, idx));
-    logps.push_back(eval.logp.to(torch::kFloat32).view({chunks.steps, -1}));
-    values.push_back(eval.value.to(torch::kFloat32).view({chunks.steps, -1}));
+    const EvalOutput eval =
+        EvaluateChunkUnits(policy, chunks, unit_idx, UnitRows(unit_idx, k, arange_k), precision);
+    logps.push_back(eval.logp.view({chunks.steps, -1}));
+    values.push_back(eval.value.view({chunks.steps, -1}));
   }
   return {torch::cat(logps, 1), torch::cat(values, 1)};
 }
 
 PpoLoss ChunkMinibatchLoss(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx, int64_t k,
                            const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
-  const torch::Tensor idx = k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
-  // [L, M, ...] -> [L * M, ...]: time-major rows, as EvaluateSequence takes them.
-  const auto pick = [&](const torch::Tensor& t, const torch::Tensor& columns) {
-    return t.index_select(1, columns).flatten(0, 1);
-  };
-  AutocastGuard autocast(chunks.obs.device(), precision);
-  const torch::Tensor states = chunks.states.defined() ? pick(chunks.states, unit_idx) : torch::Tensor();
-  EvalOutput eval = policy.EvaluateSequence(pick(chunks.obs, idx), states, pick(chunks.actions, idx),
-                                            chunks.core0.index_select(0, idx), chunks.starts.index_select(1, idx));
-  eval.logp = eval.logp.to(torch::kFloat32);
-  eval.value = eval.value.to(torch::kFloat32);
-  eval.entropy = eval.entropy.to(torch::kFloat32);
-  return ComputePpoLoss(eval, pick(chunks.logp, idx), pick(chunks.values, idx), pick(chunks.advantages, idx),
-                        pick(chunks.returns, idx), config);
+  const torch::Tensor idx = UnitRows(unit_idx, k, arange_k);
+  const EvalOutput eval = EvaluateChunkUnits(policy, chunks, unit_idx, idx, precision);
+  return ComputePpoLoss(eval, PickColumns(chunks.logp, idx), PickColumns(chunks.values, idx),
+                        PickColumns(chunks.advantages, idx), PickColumns(chunks.returns, idx), config);
 }
 
 }  // namespace farm

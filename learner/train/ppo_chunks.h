@@ -38,6 +38,15 @@ PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Devic
 torch::Tensor ToChunks(const torch::Tensor& t, int64_t L, torch::Device device);
 torch::Tensor FromChunks(const torch::Tensor& chunked, int64_t T);
 
+// [L, C * N, ...] -> [L * M, ...] for the M columns `columns`: time-major rows, as EvaluateSequence takes them.
+torch::Tensor PickColumns(const torch::Tensor& t, const torch::Tensor& columns);
+
+// The policy over the chunk runs `unit_idx` (their columns `column_idx`, from UnitRows), re-run through the
+// core from each chunk's stored state: the forward in `precision`, its outputs float32 [L * M]. Both the
+// minibatch loss and V-trace's per-epoch pass evaluate chunks through it.
+EvalOutput EvaluateChunkUnits(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx,
+                              const torch::Tensor& column_idx, Precision precision);
+
 // The policy's log-probs and values on every step of every chunk (no gradient), float32 [L, C * N] each, run
 // over slices of the chunk runs as ChunkMinibatchLoss runs a minibatch.
 std::pair<torch::Tensor, torch::Tensor> EvaluateChunks(ActorCriticImpl& policy, const PpoChunks& chunks, int64_t k,
