@@ -180,6 +180,13 @@ void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
   stats.solved_at_seconds = state.solved_at_seconds;
   stats.solved_at_unix = state.solved_at_unix;
   normalizer.Restore(state, r.path);
+  if (state.has_policy_lag) {
+    LagStats lag;
+    lag.counts = state.lag_counts;
+    stats.run_lag = {};
+    stats.AddLag(lag);
+    stats.lag_dropped_total = state.lag_dropped;
+  }
   std::vector<std::string> missing = state.missing;
   auto restore = [&](const char* name, torch::Generator generator) {
     const auto it = state.rng.find(name);
@@ -240,6 +247,9 @@ RunState Learner::Impl::CaptureRunState() {
   s.solved_at_unix = stats.solved_at_unix;
   s.config_yaml = DumpConfig(config);
   normalizer.Capture(&s);
+  s.has_policy_lag = true;
+  s.lag_counts = stats.run_lag.counts;
+  s.lag_dropped = stats.lag_dropped_total;
   return s;
 }
 

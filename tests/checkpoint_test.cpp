@@ -113,6 +113,9 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   FarmConfig config;
   config.ppo.lr = 1e-3;
   state.config_yaml = DumpConfig(config);
+  state.has_policy_lag = true;
+  state.lag_counts = {{0, 900}, {1, 95}, {3, 5}};
+  state.lag_dropped = 17;
   TrainingCounters c{1000, 7, 7, window.total_episodes(), 33.0};
   std::string path;
   REQUIRE(SaveCheckpoint(dir, policy, adam, c, &path, nullptr, 0, &state).ok());
@@ -165,6 +168,9 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   FarmConfig parsed;
   REQUIRE(ParseConfig(yaml, path, &parsed).ok());
   CHECK(parsed.ppo.lr == 1e-3);
+  REQUIRE(loaded.has_policy_lag);
+  CHECK(loaded.lag_counts == state.lag_counts);
+  CHECK(loaded.lag_dropped == 17);
 
   // Not solved: stored as such.
   RunState unsolved;
@@ -181,6 +187,7 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   CHECK(back.updates == 9);
   CHECK(loaded.rng.empty());
   CHECK_FALSE(loaded.has_episode_window);
+  CHECK_FALSE(loaded.has_policy_lag);
   CHECK(loaded.config_yaml.empty());
   CHECK(loaded.missing.size() == 4);  // rng, episode_window, solved_at, config_yaml
   CHECK(ReadCheckpointConfig(path, &yaml).code() == Status::Code::kNotFound);

@@ -73,6 +73,46 @@ void WriteRunState(torch::serialize::OutputArchive& archive, const RunState& s) 
     }
     archive.write("normalizer", normalizer);
   }
+  if (s.has_policy_lag) {
+    std::vector<int64_t> lags, counts;
+    for (const auto& [lag, n] : s.lag_counts) {
+      lags.push_back(lag);
+      counts.push_back(n);
+    }
+    torch::serialize::OutputArchive lag;
+    lag.write("lags", torch::tensor(lags, torch::kInt64));
+    lag.write("counts", torch::tensor(counts, torch::kInt64));
+    lag.write("dropped", torch::tensor({s.lag_dropped}, torch::kInt64));
+    archive.write("policy_lag", lag);
+  }
+}
+
+// The "policy_lag" entry: has_policy_lag false when the archive has none.
+Status ReadPolicyLag(torch::serialize::InputArchive& archive, const std::string& path, RunState* s) {
+  torch::serialize::InputArchive lag;
+  s->has_policy_lag = archive.try_read("policy_lag", lag);
+  if (!s->has_policy_lag) return Status::Ok();
+  torch::Tensor lags, counts, dropped;
+  lag.read("lags", lags);
+  lag.read("counts", counts);
+  lag.read("dropped", dropped);
+  if (lags.dim() != 1 || counts.dim() != 1 || lags.numel() != counts.numel() || dropped.numel() != 1)
+    return Status::InvalidArgument(fmt::format("{}: policy_lag: expected lags and counts of one length and one "
+                                               "dropped count, got {}, {} and {} entries",
+                                               path, lags.numel(), counts.numel(), dropped.numel()));
+  lags = lags.to(torch::kCPU, torch::kInt64).contiguous();
+  counts = counts.to(torch::kCPU, torch::kInt64).contiguous();
+  s->lag_dropped = dropped.to(torch::kInt64).item<int64_t>();
+  for (int64_t i = 0; i < lags.numel(); ++i) {
+    const int64_t l = lags.data_ptr<int64_t>()[i], n = counts.data_ptr<int64_t>()[i];
+    if (l < 0 || n < 0)
+      return Status::InvalidArgument(fmt::format("{}: policy_lag: lag {} with {} samples (expected both >= 0)", path,
+                                                 l, n));
+    s->lag_counts[l] = n;
+  }
+  if (s->lag_dropped < 0)
+    return Status::InvalidArgument(fmt::format("{}: policy_lag: {} dropped samples", path, s->lag_dropped));
+  return Status::Ok();
 }
 
 // The "normalizer" entry: false when the archive has none.
@@ -158,7 +198,8 @@ Status ReadRunState(torch::serialize::InputArchive& archive, const std::string& 
   }
   if (auto st = ReadNormalizer(archive, path, &s->has_normalizer, &s->normalizer_obs, &s->normalizer_ret); !st.ok())
     return st;
-  // No "normalizer" is not listed in `missing`: a run without normalisation needs none (the learner warns
+  if (auto st = ReadPolicyLag(archive, path, s); !st.ok()) return st;
+  // No "normalizer" (nor "policy_lag") is not listed in `missing`: a run without normalisation needs none (the learner warns
   // when a run that normalises resumes from a checkpoint without it).
   return Status::Ok();
 }

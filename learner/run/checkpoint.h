@@ -53,6 +53,12 @@ struct RunState {
   bool has_normalizer = false;
   RunningMoments normalizer_obs;
   RunningMoments normalizer_ret;
+  // The run's policy lag so far (summary.json's policy_lag_mean, _p95_run, _max_run), as samples per lag, and the
+  // samples ppo.max_policy_lag left out; stored under "policy_lag". Without it (older checkpoints) has_policy_lag
+  // is false (not in `missing`): those figures start afresh.
+  bool has_policy_lag = false;
+  std::map<int64_t, int64_t> lag_counts;
+  int64_t lag_dropped = 0;
   // Filled by LoadCheckpoint: what the checkpoint lacks (written by an older version), e.g. "rng.trainer".
   std::vector<std::string> missing;
 };
