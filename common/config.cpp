@@ -332,6 +332,17 @@ Status ValidateConfig(const FarmConfig& c) {
         "ppo.fused_update=on needs ppo.encoder=mlp (got {}): the fused update knows only the MLP; use "
         "ppo.fused_update=auto to fall back to the LibTorch update",
         c.ppo.encoder));
+  if (c.ppo.fused_update == "on" && (c.ppo.activation != "tanh" || c.ppo.layer_norm))
+    return Status::InvalidArgument(fmt::format(
+        "ppo.fused_update=on needs ppo.activation=tanh and ppo.layer_norm=false (got {} and {}): the fused update "
+        "knows only the tanh MLP; use ppo.fused_update=auto to fall back to the LibTorch update",
+        c.ppo.activation, c.ppo.layer_norm));
+  if (c.ppo.encoder == "conv" && c.ppo.conv.empty())
+    return Status::InvalidArgument(
+        "ppo.encoder=conv needs ppo.conv, its layers, e.g. [{channels: 32, kernel: 3, stride: 1, padding: 1}]");
+  if (c.ppo.encoder == "impala" && c.ppo.impala_channels.empty())
+    return Status::InvalidArgument("ppo.encoder=impala needs ppo.impala_channels, one entry per stage (e.g. [16, 32, "
+                                   "32])");
   if (c.ppo.sde && c.ppo.fused_update == "on")
     return Status::InvalidArgument(
         "ppo.fused_update=on cannot train ppo.sde (the fused update has only a state-independent log-std); use "

@@ -190,6 +190,22 @@ struct LearnerConfig {
   }
 };
 
+// One layer of ppo.conv (the conv encoder, learner/model/encoder.h): channels out, a square kernel, stride and
+// padding.
+struct ConvLayerConfig {
+  int channels = 0;  // required
+  int kernel = 3;
+  int stride = 1;
+  int padding = 0;
+
+  template <class V> void visit(V& v) {
+    v("channels", channels, Rule::AtLeast(1));
+    v("kernel", kernel, Rule::AtLeast(1));
+    v("stride", stride, Rule::AtLeast(1));
+    v("padding", padding, Rule::AtLeast(0));
+  }
+};
+
 struct PpoConfig {
   int rollout_length = 32;  // steps per env per rollout (T)
   double gamma = 0.99;
@@ -217,8 +233,17 @@ struct PpoConfig {
   // train/act with it (auto falls back to the LibTorch update; cuda_graphs is refused).
   bool sde = false;
   int sde_sample_freq = 4;  // env steps each env's noise matrix is held
-  // mlp: flattened inputs; cnn: a conv stack for [C, H, W] observations and global states (learner/model/policy.h).
+  // How the actor reads its observation and the critic its input (learner/model/encoder.h): mlp (flattened);
+  // for [C, H, W] inputs cnn (the farm's fixed 32/64-channel pair), conv (the layers of `conv`), or impala (the
+  // IMPALA ResNet, a stage per entry of impala_channels). An image encoder ends in a Linear to hidden_sizes[0];
+  // the trunk takes the rest. activation: the trunk's nonlinearity (and the conv encoder's); layer_norm: a
+  // LayerNorm after each of the trunk's Linear layers. The fused CPU update knows only the tanh mlp without
+  // layer norm (auto falls back to the LibTorch update).
   std::string encoder = "mlp";
+  std::vector<ConvLayerConfig> conv;
+  std::vector<int> impala_channels = {16, 32, 32};
+  std::string activation = "tanh";
+  bool layer_norm = false;
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
   // The fused CPU update (learner/train/ppo_fused.h): auto = use it when the policy is on the CPU in fp32 (the same
   // update as the LibTorch path, several times faster for small MLPs); on = require it (error otherwise);
@@ -274,7 +299,11 @@ struct PpoConfig {
     v("log_std_init", log_std_init, Rule::Between(-10, 2));
     v("sde", sde);
     v("sde_sample_freq", sde_sample_freq, Rule::AtLeast(1));
-    v("encoder", encoder, Rule::OneOf({"mlp", "cnn"}));
+    v("encoder", encoder, Rule::OneOf({"mlp", "cnn", "conv", "impala"}));
+    v("conv", conv);
+    v("impala_channels", impala_channels, Rule::AtLeast(1));
+    v("activation", activation, Rule::OneOf({"tanh", "relu", "elu", "silu"}));
+    v("layer_norm", layer_norm);
     v("bootstrap_truncated", bootstrap_truncated);
     v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));
     v("graph_update", graph_update, Rule::OneOf({"auto", "on", "off"}));

@@ -88,8 +88,11 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   for (const auto& p : parts.acting->parameters()) memory_inputs.parameters += p.numel();
   memory_inputs.bytes_per_row_step = collector.store().bytes_per_row_step();
   memory_inputs.activation_floats_per_row =
-      ActivationFloatsPerRow(parts.hidden, spec.action.head_size(), spec.observation.shape,
-                             parts.options.encoder == Encoder::kCnn);
+      ActivationFloatsPerRow(parts.hidden, spec.action.head_size(),
+                             ImageEncoderFloats(parts.options.encoder, parts.options.layout, spec.observation) +
+                                 ImageEncoderFloats(parts.options.encoder, parts.options.layout,
+                                                    use_state ? *parts.options.global_state : spec.observation),
+                             parts.options.layout.layer_norm);
   if (parts.options.core != CoreKind::kNone) {
     memory_inputs.activation_floats_per_row +=
         CoreActivationFloats(parts.options.core == CoreKind::kLstm ? 4 : 3, parts.options.core_size,

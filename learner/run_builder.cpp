@@ -20,6 +20,13 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   // MAPPO: the critic reads the env's global state whenever it has one.
   if (auto s = ParseEncoder(config.ppo.encoder, &out->options.encoder); !s.ok())
     return Status::InvalidArgument("ppo." + s.message());
+  if (auto s = ParseActivation(config.ppo.activation, &out->options.layout.activation); !s.ok())
+    return Status::InvalidArgument("ppo." + s.message());
+  out->options.layout.layer_norm = config.ppo.layer_norm;
+  out->options.layout.conv.clear();
+  for (const ConvLayerConfig& c : config.ppo.conv)
+    out->options.layout.conv.push_back({c.channels, c.kernel, c.stride, c.padding});
+  out->options.layout.impala_channels.assign(config.ppo.impala_channels.begin(), config.ppo.impala_channels.end());
   out->options.global_state = hs.global_state;
   out->options.log_std_init = config.ppo.log_std_init;
   out->options.sde = config.ppo.sde;

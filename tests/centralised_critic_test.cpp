@@ -211,7 +211,7 @@ TEST_CASE("the cnn encoder: conv shapes, forward and backward, refused for non-i
   Encoder e;
   CHECK(ParseEncoder("cnn", &e).ok());
   CHECK(e == Encoder::kCnn);
-  CHECK_THAT(ParseEncoder("resnet", &e).message(), Catch::Contains("expected mlp or cnn, got 'resnet'"));
+  CHECK_THAT(ParseEncoder("resnet", &e).message(), Catch::Contains("expected mlp, cnn, conv or impala, got 'resnet'"));
 }
 
 TEST_CASE("a cnn policy trains with the LibTorch update on [T, N, C, H, W] rollouts", "[ctde][cnn][ppo]") {
@@ -337,7 +337,7 @@ TEST_CASE("policy_spec.json and LoadPolicy rebuild a cnn policy with a centralis
   CHECK_FALSE(options2.global_state);
   j["encoder"] = "rnn";
   CHECK_THAT(ParsePolicySpecJson(j.dump(), "bad", &obs2, &action2, &hidden, &options2).message(),
-             Catch::Contains("bad: encoder: expected mlp or cnn, got 'rnn'"));
+             Catch::Contains("bad: encoder: expected mlp, cnn, conv or impala, got 'rnn'"));
   j["encoder"] = "mlp";
   j["global_state"] = nlohmann::json::parse(R"({"kind": "discrete", "n": 3})");
   CHECK_THAT(ParsePolicySpecJson(j.dump(), "bad", &obs2, &action2, &hidden, &options2).message(),

@@ -1,6 +1,7 @@
 // The run's memory estimate and budget (learner/run/memory_budget.h): the figures, the limits read from a cgroup
 // and /proc (fake trees here), and the messages that name them.
 #include "learner/run/memory_budget.h"
+#include "learner/model/encoder.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -61,9 +62,17 @@ TEST_CASE("EstimateRunMemory: the parts, each from its own inputs", "[memory]") 
 
 TEST_CASE("ActivationFloatsPerRow counts both networks and the cnn's conv maps", "[memory]") {
   // mlp [64, 64], a 2-way head: 2 * (64 + 64) + 2 + 1.
-  CHECK(ActivationFloatsPerRow({64, 64}, 2, {4}, false) == 259);
+  CHECK(ActivationFloatsPerRow({64, 64}, 2, 0) == 259);
+  CHECK(ActivationFloatsPerRow({64, 64}, 2, 0, /*layer_norm=*/true) == 259 + 128);
   // cnn on [5, 7, 7]: 32 x 7 x 7 and 64 x 4 x 4 per encoder, two encoders, plus the widths.
-  CHECK(ActivationFloatsPerRow({128, 128}, 5, {5, 7, 7}, true) == 2 * 256 + 6 + 2 * (32 * 49 + 64 * 16));
+  const int64_t cnn = ImageEncoderFloats(Encoder::kCnn, {}, Space::Box({5, 7, 7}, {0.f}, {1.f}));
+  CHECK(cnn == 32 * 49 + 64 * 16);
+  CHECK(ActivationFloatsPerRow({128, 128}, 5, 2 * cnn) == 2 * 256 + 6 + 2 * (32 * 49 + 64 * 16));
+  CHECK(ImageEncoderFloats(Encoder::kMlp, {}, Space::Box({5, 7, 7}, {0.f}, {1.f})) == 0);
+  // impala [16]: conv 16x7x7, pool 16x4x4 kept by two residual blocks (two convs and a sum each, with the pool).
+  EncoderLayout impala;
+  impala.impala_channels = {16};
+  CHECK(ImageEncoderFloats(Encoder::kImpala, impala, Space::Box({5, 7, 7}, {0.f}, {1.f})) == 16 * 49 + 7 * 16 * 16);
 }
 
 TEST_CASE("ParseCgroupLimit: a figure, or none for max, unlimited and garbage", "[memory]") {

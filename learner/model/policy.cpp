@@ -13,7 +13,6 @@ namespace {
 
 // 0.5 * log(2 * pi): the constant term of a unit Gaussian's log-density, per dimension.
 constexpr double kHalfLog2Pi = 0.91893853320467274178;
-constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2), for tanh (and the cnn's ReLU) hidden layers
 constexpr double kPolicyHeadGain = 0.01;  // near-uniform initial policy
 constexpr double kValueHeadGain = 1.0;
 constexpr double kSdeEpsilon = 1e-6;  // added to gSDE's variance (SB3's StateDependentNoiseDistribution)
@@ -26,60 +25,20 @@ torch::nn::Linear OrthogonalLinear(int64_t in, int64_t out, double gain) {
   return linear;
 }
 
-// The hidden layers of an mlp, Linear-tanh pairs, appended to `seq`; returns the width they end with.
-int64_t AppendTrunk(torch::nn::Sequential& seq, int64_t in, const std::vector<int>& hidden_sizes) {
-  int64_t width = in;
-  for (int hidden : hidden_sizes) {
-    if (hidden <= 0) throw std::invalid_argument("ActorCritic: hidden sizes must be positive, got " +
-                                                 std::to_string(hidden));
-    seq->push_back(OrthogonalLinear(width, hidden, kHiddenGain));
-    seq->push_back(torch::nn::Tanh());
-    width = hidden;
-  }
-  return width;
-}
-
-// Linear-tanh-...-Linear, laid out as PyTorch's nn.Sequential would be ("0.weight", "2.weight", ...). A recurrent
-// policy's encoder is the trunk alone (AppendTrunk): the core and the head follow.
-torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int64_t out, double head_gain) {
+// The trunk (encoder.h's AppendTrunk) and a head Linear, laid out as PyTorch's nn.Sequential would be ("0.weight",
+// ...). A recurrent policy's encoder is the trunk alone: the core and the head follow.
+torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int64_t out, double head_gain,
+                          const EncoderLayout& layout) {
   torch::nn::Sequential mlp;
-  const int64_t width = AppendTrunk(mlp, in, hidden_sizes);
+  const int64_t width = AppendTrunk(mlp, in, hidden_sizes, layout);
   mlp->push_back(OrthogonalLinear(width, out, head_gain));
   return mlp;
-}
-
-// The cnn encoder of a [C, H, W] input, laid out as nn.Sequential would be: "0" conv, "2" conv, "5" linear.
-torch::nn::Sequential CnnEncoder(const Space& input, int64_t features, const char* what) {
-  if (input.shape.size() != 3)
-    throw std::invalid_argument(std::string("ActorCritic: ppo.encoder cnn needs a [C, H, W] ") + what + ", got " +
-                                input.ToString() + " (use ppo.encoder: mlp)");
-  const int64_t channels = input.shape[0];
-  const int64_t height = input.shape[1];
-  const int64_t width = input.shape[2];
-  auto conv = [](int64_t in, int64_t out, int64_t stride) {
-    torch::nn::Conv2d c(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1));
-    torch::NoGradGuard no_grad;
-    torch::nn::init::orthogonal_(c->weight, kHiddenGain);  // on the weight's [out, in * 3 * 3] view
-    torch::nn::init::zeros_(c->bias);
-    return c;
-  };
-  // Padding 1: the first conv keeps H x W, the strided one halves it (rounding up).
-  const int64_t flat = kCnnChannels2 * ((height + 1) / 2) * ((width + 1) / 2);
-  torch::nn::Sequential encoder;
-  encoder->push_back(conv(channels, kCnnChannels1, 1));
-  encoder->push_back(torch::nn::ReLU());
-  encoder->push_back(conv(kCnnChannels1, kCnnChannels2, 2));
-  encoder->push_back(torch::nn::ReLU());
-  encoder->push_back(torch::nn::Flatten());
-  encoder->push_back(OrthogonalLinear(flat, features, kHiddenGain));
-  encoder->push_back(torch::nn::ReLU());
-  return encoder;
 }
 
 // Inputs may arrive as uint8/int/double; the networks want float32 [B, numel] (mlp) or [B, C, H, W] (cnn).
 // Both reshape and to() are no-ops (views / same tensor) in the common case.
 torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder) {
-  if (encoder == Encoder::kCnn)
+  if (IsImageEncoder(encoder))
     return x.reshape({x.size(0), space.shape[0], space.shape[1], space.shape[2]}).to(torch::kFloat32);
   return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
 }
@@ -107,19 +66,6 @@ bool UniformCategories(const std::vector<int64_t>& nvec) {
 
 }  // namespace
 
-const char* EncoderName(Encoder encoder) { return encoder == Encoder::kCnn ? "cnn" : "mlp"; }
-
-Status ParseEncoder(const std::string& name, Encoder* out) {
-  if (name == "mlp") {
-    *out = Encoder::kMlp;
-  } else if (name == "cnn") {
-    *out = Encoder::kCnn;
-  } else {
-    return Status::InvalidArgument("encoder: expected mlp or cnn, got '" + name + "'");
-  }
-  return Status::Ok();
-}
-
 ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes,
                                  const PolicyOptions& options)
     : observation_(observation), action_(action), hidden_sizes_(hidden_sizes), options_(options) {
@@ -134,51 +80,52 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
                                 options_.global_state->ToString());
   const Space& critic_input = options_.global_state ? *options_.global_state : observation_;
 
+  const EncoderLayout& layout = options_.layout;
+  const bool image = IsImageEncoder(options_.encoder);
+  // An image encoder ends in a Linear to hidden_sizes[0]; the trunk takes the rest of the widths.
+  if (image && (hidden_sizes.empty() || hidden_sizes.front() <= 0))
+    throw std::invalid_argument(std::string("ActorCritic: the ") + EncoderName(options_.encoder) +
+                                " encoder needs hidden_sizes with a positive first width");
+  const std::vector<int> rest = image ? std::vector<int>(hidden_sizes.begin() + 1, hidden_sizes.end()) : hidden_sizes;
+  const char* critic_what = options_.global_state ? "global state" : "observation";
+  const auto image_encoder = [&](const Space& input, const char* what) {
+    return ImageEncoder(options_.encoder, layout, input, hidden_sizes.front(), what);
+  };
   if (options_.core != CoreKind::kNone) {
     if (options_.core_size <= 0)
       throw std::invalid_argument("ActorCritic: core_size must be positive, got " + std::to_string(options_.core_size));
-    // encoder (mlp hidden layers, or the cnn then hidden_sizes[1..]) -> core -> head, for each network with a core.
-    const bool cnn = options_.encoder == Encoder::kCnn;
-    if (cnn && (hidden_sizes.empty() || hidden_sizes.front() <= 0))
-      throw std::invalid_argument("ActorCritic: the cnn encoder needs hidden_sizes with a positive first width");
-    const std::vector<int> rest = cnn ? std::vector<int>(hidden_sizes.begin() + 1, hidden_sizes.end()) : hidden_sizes;
+    // encoder (mlp hidden layers, or the image encoder then hidden_sizes[1..]) -> core -> head, for each network
+    // with a core.
     auto encoder = [&](const Space& input, const char* what, int64_t* width) {
-      torch::nn::Sequential seq = cnn ? CnnEncoder(input, hidden_sizes.front(), what) : torch::nn::Sequential();
-      *width = AppendTrunk(seq, cnn ? hidden_sizes.front() : input.numel(), rest);
+      torch::nn::Sequential seq = image ? image_encoder(input, what) : torch::nn::Sequential();
+      *width = AppendTrunk(seq, image ? hidden_sizes.front() : input.numel(), rest, layout);
       return seq;
     };
     int64_t width = 0;
     torch::nn::Sequential actor_in = encoder(observation_, "observation", &width);
     if (!actor_in->is_empty()) actor_encoder_ = register_module("actor_encoder", actor_in);
     actor_core_ = register_module("actor_core", RecurrentCore(options_.core, width, options_.core_size));
-    actor_ = register_module("actor", Mlp(options_.core_size, {}, head_dim, kPolicyHeadGain));
+    actor_ = register_module("actor", Mlp(options_.core_size, {}, head_dim, kPolicyHeadGain, layout));
     if (options_.critic_core) {
-      torch::nn::Sequential critic_in =
-          encoder(critic_input, options_.global_state ? "global state" : "observation", &width);
+      torch::nn::Sequential critic_in = encoder(critic_input, critic_what, &width);
       if (!critic_in->is_empty()) critic_encoder_ = register_module("critic_encoder", critic_in);
       critic_core_ = register_module("critic_core", RecurrentCore(options_.core, width, options_.core_size));
-      critic_ = register_module("critic", Mlp(options_.core_size, {}, 1, kValueHeadGain));
-    } else if (cnn) {
-      critic_encoder_ = register_module(
-          "critic_encoder", CnnEncoder(critic_input, hidden_sizes.front(),
-                                       options_.global_state ? "global state" : "observation"));
-      critic_ = register_module("critic", Mlp(hidden_sizes.front(), rest, 1, kValueHeadGain));
+      critic_ = register_module("critic", Mlp(options_.core_size, {}, 1, kValueHeadGain, layout));
+    } else if (image) {
+      critic_encoder_ = register_module("critic_encoder", image_encoder(critic_input, critic_what));
+      critic_ = register_module("critic", Mlp(hidden_sizes.front(), rest, 1, kValueHeadGain, layout));
     } else {
-      critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain));
+      critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain, layout));
     }
-  } else if (options_.encoder == Encoder::kMlp) {
-    actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain));
-    critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain));
+  } else if (!image) {
+    actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain, layout));
+    critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain, layout));
   } else {
-    if (hidden_sizes.empty() || hidden_sizes.front() <= 0)
-      throw std::invalid_argument("ActorCritic: the cnn encoder needs hidden_sizes with a positive first width");
     const int64_t features = hidden_sizes.front();
-    const std::vector<int> rest(hidden_sizes.begin() + 1, hidden_sizes.end());
-    actor_encoder_ = register_module("actor_encoder", CnnEncoder(observation_, features, "observation"));
-    critic_encoder_ = register_module(
-        "critic_encoder", CnnEncoder(critic_input, features, options_.global_state ? "global state" : "observation"));
-    actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain));
-    critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain));
+    actor_encoder_ = register_module("actor_encoder", image_encoder(observation_, "observation"));
+    critic_encoder_ = register_module("critic_encoder", image_encoder(critic_input, critic_what));
+    actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain, layout));
+    critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain, layout));
   }
   if (options_.sde && !action_.is_box())
     throw std::invalid_argument("ActorCritic: state-dependent exploration (sde) needs a box action space, got " +
@@ -194,15 +141,9 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
 
 torch::Tensor ActorCriticImpl::ActorLatent(const torch::Tensor& features) {
   torch::Tensor x = features;
-  const std::size_t layers = actor_->size();
-  // Mlp's layers: Linear, Tanh, ..., Linear (the head, left out here).
-  for (std::size_t i = 0; i + 1 < layers; ++i) {
-    if (auto* linear = actor_[i]->as<torch::nn::LinearImpl>()) {
-      x = linear->forward(x);
-    } else {
-      x = torch::tanh(x);
-    }
-  }
+  // Mlp's layers: the trunk's, then the head (left out here).
+  auto it = actor_->begin();
+  for (std::size_t i = 0; i + 1 < actor_->size(); ++i, ++it) x = it->forward(x);
   return x;
 }
 

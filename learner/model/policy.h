@@ -1,6 +1,7 @@
-// ActorCritic: separate actor and critic networks (tanh MLPs, orthogonal init)
-// as the reference PPO implementations build them, optionally behind a small
-// CNN encoder (ppo.encoder: cnn) and with a centralised critic that reads an
+// ActorCritic: separate actor and critic networks (MLPs, tanh by default,
+// orthogonal init) as the reference PPO implementations build them, optionally
+// behind an image encoder (ppo.encoder: cnn, conv or impala; encoder.h) and
+// with a centralised critic that reads an
 // env's global state instead of the agent's observation (MAPPO style: the
 // actor, all that decentralised execution needs, never sees the state). The
 // action head is categorical for a discrete space, one categorical per
@@ -26,21 +27,10 @@
 
 #include "common/space.h"
 #include "common/status.h"
+#include "learner/model/encoder.h"
 #include "learner/model/recurrent_core.h"
 
 namespace farm {
-
-// How the actor reads an observation and the critic its input (ppo.encoder).
-//   mlp: flattened into the tanh MLP of hidden_sizes.
-//   cnn: for a [C, H, W] input: Conv 3x3 C->kCnnChannels1 (padding 1) ReLU, Conv 3x3 stride 2
-//        kCnnChannels1->kCnnChannels2 (padding 1) ReLU, flatten, Linear -> hidden_sizes[0] ReLU; then the
-//        tanh MLP of hidden_sizes[1..] and the head. Other shapes are refused (std::invalid_argument).
-enum class Encoder { kMlp, kCnn };
-inline constexpr int64_t kCnnChannels1 = 32;
-inline constexpr int64_t kCnnChannels2 = 64;
-const char* EncoderName(Encoder encoder);
-// "mlp" or "cnn"; InvalidArgument naming `name` otherwise.
-Status ParseEncoder(const std::string& name, Encoder* out);
 
 // What ActorCritic's architecture depends on besides the spaces and widths.
 struct PolicyOptions {
@@ -58,6 +48,9 @@ struct PolicyOptions {
   CoreKind core = CoreKind::kNone;
   int64_t core_size = 128;
   bool critic_core = true;
+  // The encoder's and trunk's layout besides the kind (learner/model/encoder.h: ppo.conv, ppo.impala_channels,
+  // ppo.activation, ppo.layer_norm). Part of the architecture (policy_spec.json).
+  EncoderLayout layout;
 };
 
 struct ActOutput {
@@ -77,7 +70,7 @@ struct EvalOutput {
 class ActorCriticImpl : public torch::nn::Module {
  public:
   // Throws std::invalid_argument for an empty space, a non-positive width, a global state that is not a
-  // float32 box, or the cnn encoder on an input that is not [C, H, W].
+  // float32 box, or an image encoder on an input it cannot take (encoder.h, ImageEncoderShapes).
   ActorCriticImpl(const Space& observation, const Space& action, const std::vector<int>& hidden_sizes,
                   const PolicyOptions& options = {});
 
@@ -128,6 +121,10 @@ class ActorCriticImpl : public torch::nn::Module {
   const PolicyOptions& options() const { return options_; }
   Encoder encoder() const { return options_.encoder; }
   bool has_global_state() const { return options_.global_state.has_value(); }
+  // The networks in order, for export (export.cpp walks their modules): the actor's encoder (undefined for a
+  // feed-forward mlp policy), and the actor (its trunk and head; the head alone with a core).
+  torch::nn::Sequential actor_encoder() const { return actor_encoder_; }
+  torch::nn::Sequential actor() const { return actor_; }
   // The width of z (the actor head's input) with sde; 0 without.
   int64_t sde_latent_size() const { return sde_latent_; }
 
@@ -149,13 +146,14 @@ class ActorCriticImpl : public torch::nn::Module {
   Space action_;
   std::vector<int> hidden_sizes_;
   PolicyOptions options_;
-  // cnn only: the conv stacks ("actor_encoder", "critic_encoder"); with mlp the MLPs take flattened input.
+  // Image encoders only: the conv stacks ("actor_encoder", "critic_encoder"); with mlp the MLPs take flattened
+  // input.
   torch::nn::Sequential actor_encoder_{nullptr};
   torch::nn::Sequential critic_encoder_{nullptr};
   torch::nn::Sequential actor_{nullptr};
   torch::nn::Sequential critic_{nullptr};
-  // With a core: the mlp encoder's hidden layers move into actor_encoder_ / critic_encoder_ (the cnn's
-  // follow its conv stack there), the core comes next, and actor_ / critic_ are the heads alone.
+  // With a core: the mlp encoder's hidden layers move into actor_encoder_ / critic_encoder_ (an image
+  // encoder's follow its conv stack there), the core comes next, and actor_ / critic_ are the heads alone.
   RecurrentCore actor_core_{nullptr};
   RecurrentCore critic_core_{nullptr};
   torch::Tensor log_std_;  // box only: [A], or [sde_latent_, A] with sde

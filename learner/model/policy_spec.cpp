@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -155,6 +156,52 @@ Status ParseSpace(const json& j, const std::string& where, Space* out) {
   return Status::Ok();
 }
 
+// "conv", "impala_channels", "activation" and "layer_norm" (each absent: the default); a conv encoder needs "conv".
+Status ParseLayout(const json& j, const std::string& source, Encoder encoder, EncoderLayout* layout) {
+  const auto positive = [](const json& v, bool zero_ok) {
+    return v.is_number_integer() && (zero_ok ? v.get<int64_t>() >= 0 : v.get<int64_t>() > 0);
+  };
+  if (j.contains("conv")) {
+    const json& conv = j["conv"];
+    const std::string expected = "expected an array of {\"channels\", \"kernel\", \"stride\", \"padding\"} objects";
+    if (!conv.is_array()) return Status::InvalidArgument(fmt::format("{}: conv: {}, got {}", source, expected, conv.dump()));
+    layout->conv.clear();
+    for (const json& c : conv) {
+      if (!c.is_object() || c.size() != 4 || !c.contains("channels") || !c.contains("kernel") || !c.contains("stride") ||
+          !c.contains("padding") || !positive(c["channels"], false) || !positive(c["kernel"], false) ||
+          !positive(c["stride"], false) || !positive(c["padding"], true))
+        return Status::InvalidArgument(fmt::format("{}: conv: {} (positive integers, padding >= 0), got {}", source,
+                                                   expected, c.dump()));
+      layout->conv.push_back({c["channels"].get<int64_t>(), c["kernel"].get<int64_t>(), c["stride"].get<int64_t>(),
+                              c["padding"].get<int64_t>()});
+    }
+  }
+  if (encoder == Encoder::kConv && layout->conv.empty())
+    return Status::InvalidArgument(fmt::format("{}: conv: the conv encoder needs its layers, got {}", source,
+                                               j.contains("conv") ? j["conv"].dump() : "nothing"));
+  if (j.contains("impala_channels")) {
+    const json& c = j["impala_channels"];
+    if (!c.is_array() || c.empty() || !std::all_of(c.begin(), c.end(), [&](const json& v) { return positive(v, false); }))
+      return Status::InvalidArgument(
+          fmt::format("{}: impala_channels: expected a non-empty array of positive integers, got {}", source, c.dump()));
+    layout->impala_channels = c.get<std::vector<int64_t>>();
+  }
+  if (j.contains("activation")) {
+    if (!j["activation"].is_string())
+      return Status::InvalidArgument(
+          fmt::format("{}: activation: expected tanh, relu, elu or silu, got {}", source, j["activation"].dump()));
+    if (auto s = ParseActivation(j["activation"].get<std::string>(), &layout->activation); !s.ok())
+      return Status::InvalidArgument(source + ": " + s.message());
+  }
+  if (j.contains("layer_norm")) {
+    if (!j["layer_norm"].is_boolean())
+      return Status::InvalidArgument(
+          fmt::format("{}: layer_norm: expected true or false, got {}", source, j["layer_norm"].dump()));
+    layout->layer_norm = j["layer_norm"].get<bool>();
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string PolicySpecJson(const Space& obs, const Space& action, const std::vector<int>& hidden,
@@ -166,6 +213,17 @@ std::string PolicySpecJson(const Space& obs, const Space& action, const std::vec
   j["encoder"] = EncoderName(options.encoder);
   j["global_state"] = options.global_state ? SpaceJson(*options.global_state) : ordered_json(nullptr);
   if (options.sde) j["sde"] = true;  // written only when set: older readers refuse an unknown key
+  // The same for the layout (learner/model/encoder.h): what the encoder uses, and what is not the default.
+  const EncoderLayout& layout = options.layout;
+  if (options.encoder == Encoder::kConv) {
+    ordered_json conv = ordered_json::array();
+    for (const ConvLayerSpec& c : layout.conv)
+      conv.push_back({{"channels", c.channels}, {"kernel", c.kernel}, {"stride", c.stride}, {"padding", c.padding}});
+    j["conv"] = conv;
+  }
+  if (options.encoder == Encoder::kImpala) j["impala_channels"] = layout.impala_channels;
+  if (layout.activation != Activation::kTanh) j["activation"] = ActivationName(layout.activation);
+  if (layout.layer_norm) j["layer_norm"] = true;
   if (options.core != CoreKind::kNone) {  // the same
     j["core"] = CoreName(options.core);
     j["core_size"] = options.core_size;
@@ -187,12 +245,13 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
         fmt::format("{}: expected an object with observation, action and hidden_sizes", source));
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
-    if (key != "observation" && key != "action" && key != "hidden_sizes" && key != "encoder" &&
-        key != "global_state" && key != "sde" && key != "core" && key != "core_size" && key != "critic_core")
-      return Status::InvalidArgument(fmt::format(
-          "{}: unknown key '{}' (expected observation, action, hidden_sizes, encoder, global_state, sde, core, "
-          "core_size, critic_core)",
-          source, key));
+    static const std::vector<std::string> kKeys{"observation", "action",    "hidden_sizes",    "encoder",
+                                                "global_state", "sde",       "core",            "core_size",
+                                                "critic_core",  "conv",      "impala_channels", "activation",
+                                                "layer_norm"};
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
+      return Status::InvalidArgument(
+          fmt::format("{}: unknown key '{}' (expected {})", source, key, fmt::join(kKeys, ", ")));
   }
   for (const char* key : {"observation", "action", "hidden_sizes"}) {
     if (!j.contains(key)) return Status::InvalidArgument(fmt::format("{}: missing key '{}'", source, key));
@@ -217,10 +276,12 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   if (j.contains("encoder")) {
     if (!j["encoder"].is_string())
       return Status::InvalidArgument(
-          fmt::format("{}: encoder: expected \"mlp\" or \"cnn\", got {}", source, j["encoder"].dump()));
+          fmt::format("{}: encoder: expected \"mlp\", \"cnn\", \"conv\" or \"impala\", got {}", source,
+                      j["encoder"].dump()));
     if (auto s = ParseEncoder(j["encoder"].get<std::string>(), &parsed.encoder); !s.ok())
       return Status::InvalidArgument(source + ": " + s.message());
   }
+  if (auto s = ParseLayout(j, source, parsed.encoder, &parsed.layout); !s.ok()) return s;
   if (j.contains("global_state") && !j["global_state"].is_null()) {
     Space state;
     if (auto s = ParseSpace(j["global_state"], source + ": global_state", &state); !s.ok()) return s;
@@ -258,12 +319,14 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   }
   if (options) {
     *options = std::move(parsed);
-  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde || parsed.core != CoreKind::kNone) {
+  } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde || parsed.core != CoreKind::kNone ||
+             parsed.layout.activation != Activation::kTanh || parsed.layout.layer_norm) {
     return Status::InvalidArgument(fmt::format(
-        "{}: the policy has encoder {} and {}{}; this caller can only rebuild an mlp policy without a global state or "
-        "sde",
+        "{}: the policy has encoder {} and {}{}, a {} trunk{}; this caller can only rebuild a tanh mlp policy "
+        "without a global state or sde",
         source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state",
-        parsed.sde ? ", with sde" : ""));
+        parsed.sde ? ", with sde" : "", ActivationName(parsed.layout.activation),
+        parsed.layout.layer_norm ? " with layer norm" : ""));
   }
   return Status::Ok();
 }

@@ -17,8 +17,11 @@ namespace farm {
 // policy_spec.json: what ActorCritic's constructor needs, written by the
 // learner when it creates the policy:
 //   {"observation": SPACE, "action": SPACE, "hidden_sizes": [64, 64],
-//    "encoder": "mlp"|"cnn", "global_state": SPACE|null, "sde": true (only when set),
-//    "core": "gru"|"lstm", "core_size": N, "critic_core": true|false (the three only with a core)}
+//    "encoder": "mlp"|"cnn"|"conv"|"impala", "global_state": SPACE|null, "sde": true (only when set),
+//    "core": "gru"|"lstm", "core_size": N, "critic_core": true|false (the three only with a core),
+//    "conv": [{"channels", "kernel", "stride", "padding"}, ...] (encoder conv only),
+//    "impala_channels": [16, 32, 32] (encoder impala only), "activation": "relu"|"elu"|"silu" (absent: tanh),
+//    "layer_norm": true (absent: false)}
 //   SPACE = {"kind": "discrete"|"multi_discrete"|"box", "shape": [..], "n": N,
 //            "nvec": [..] (multi_discrete only), "low": [..], "high": [..]}
 // A box's low/high hold numel() numbers each (n is 0); a discrete space has

@@ -116,15 +116,10 @@ std::string RunMemory::Describe() const {
                      Mib(update), Mib(model), Mib(optimizer), Mib(activations));
 }
 
-int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size,
-                               const std::vector<int64_t>& observation_shape, bool cnn) {
-  int64_t widths = head_size + 1;  // the actor's head and the critic's value
-  for (int h : hidden_sizes) widths += 2 * static_cast<int64_t>(h);
-  if (cnn && observation_shape.size() == 3) {
-    const int64_t h = observation_shape[1], w = observation_shape[2];
-    const int64_t h2 = (h - 1) / 2 + 1, w2 = (w - 1) / 2 + 1;  // conv 3x3 padding 1, stride 2
-    widths += 2 * (32 * h * w + 64 * h2 * w2);                  // both encoders (learner/model/policy.h)
-  }
+int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size, int64_t encoder_floats,
+                               bool layer_norm) {
+  int64_t widths = head_size + 1 + encoder_floats;  // the actor's head, the critic's value, the conv maps
+  for (int h : hidden_sizes) widths += (layer_norm ? 3 : 2) * static_cast<int64_t>(h);
   return widths;
 }
 

@@ -52,10 +52,11 @@ struct RunMemoryInputs {
 // pre-activations, the state and the output).
 int64_t CoreActivationFloats(int gates, int64_t size, int cores);
 
-// Floats one row's forward leaves for the backward, actor and critic together: every hidden and output width,
-// and the cnn encoder's two conv maps per [C, H, W] input.
-int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size,
-                               const std::vector<int64_t>& observation_shape, bool cnn);
+// Floats one row's forward leaves for the backward, actor and critic together: every hidden width (three
+// times with layer norm: its output too) and output width, and `encoder_floats`, the image encoders' maps
+// (learner/model/encoder.h's ImageEncoderFloats, the actor's and the critic's).
+int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size, int64_t encoder_floats,
+                               bool layer_norm = false);
 
 RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu = false);
 

@@ -208,15 +208,13 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
   if (mode != "auto" && mode != "on" && mode != "off")
     throw std::invalid_argument("PpoTrainer: ppo.fused_update must be auto, on or off, got '" + mode + "'");
   if (mode != "off") {
-    // The fused update knows only the MLPs on the observation: not a critic on a global state, not the cnn.
+    // The fused update knows only the tanh MLPs on the observation (CheckFusedUpdate says what else it refuses).
     Status s = policy_->has_core()
                    ? Status::InvalidArgument(std::string("the fused update has no recurrent core (ppo.core is ") +
                                              CoreName(policy_->options().core) + ")")
                : policy_->has_global_state()
                    ? Status::InvalidArgument(
                          "the fused update has no centralised critic (the policy has a global state)")
-               : policy_->encoder() != Encoder::kMlp
-                   ? Status::InvalidArgument("the fused update has no cnn encoder (ppo.encoder is cnn)")
                    : CheckFusedUpdate(*policy_, precision_);
     if (s.ok()) {
       fused_ = std::make_unique<FusedPpoUpdate>(policy_, config_);

@@ -105,7 +105,12 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
     return Status::InvalidArgument("the fused update has no state-dependent exploration (ppo.sde)");
   if (policy.encoder() != Encoder::kMlp)
     return Status::InvalidArgument(std::string("the fused update has no ") + EncoderName(policy.encoder()) +
-                                   " encoder (ppo.encoder is not mlp)");
+                                   " encoder (ppo.encoder is " + EncoderName(policy.encoder()) + ")");
+  if (policy.options().layout.activation != Activation::kTanh)
+    return Status::InvalidArgument(std::string("the fused update has only tanh (ppo.activation is ") +
+                                   ActivationName(policy.options().layout.activation) + ")");
+  if (policy.options().layout.layer_norm)
+    return Status::InvalidArgument("the fused update has no layer norm (ppo.layer_norm is true)");
   for (const auto& item : policy.named_parameters()) {
     if (!IsCpuFloatContiguous(item.value()))
       return Status::InvalidArgument("the fused update needs contiguous float32 CPU parameters; " + item.key() +
