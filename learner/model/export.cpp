@@ -15,57 +15,100 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 namespace farm {
 namespace {
 
-struct Layer {
-  torch::Tensor weight;  // [out, in]
-  torch::Tensor bias;    // [out]
-};
+torch::Tensor HostCopy(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).clone(); }
 
-// The layers with weights of one Sequential in order, from parameter names "<prefix><index>.weight|bias"
-// (prefix "actor." for the MLP, "actor_encoder." for the cnn encoder).
-Status SequentialLayers(ActorCriticImpl& policy, const std::string& prefix, std::vector<Layer>* out) {
-  std::map<int, Layer> by_index;
-  for (const auto& item : policy.named_parameters()) {
-    const std::string& key = item.key();
-    if (key.rfind(prefix, 0) != 0) continue;
-    const auto dot = key.find('.', prefix.size());
-    if (dot == std::string::npos) return Status::InvalidArgument("ExportTorchScript: unexpected parameter " + key);
-    int index = 0;
-    try {
-      index = std::stoi(key.substr(prefix.size(), dot - prefix.size()));
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("ExportTorchScript: unexpected parameter " + key);
+// A Conv2d's symmetric integer padding, or -1 for 'same' / 'valid' (never made by encoder.h). The options hold a
+// c10::variant in LibTorch 1.x and a std::variant in 2.x: the unqualified visit finds either by ADL.
+int64_t ConvPadding(const torch::nn::Conv2dImpl& conv) {
+  int64_t padding = -1;
+  visit(
+      [&](const auto& p) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(p)>, torch::ExpandingArray<2>>) {
+          if ((*p)[0] == (*p)[1]) padding = (*p)[0];
+        }
+      },
+      conv.options.padding());
+  return padding;
+}
+
+// Writes TorchScript statements that apply the modules of Sequentials, in order, to `x`, and collects their
+// parameters (registered on the module as <prefix><index>_<name>).
+class ScriptWriter {
+ public:
+  explicit ScriptWriter(std::ostringstream& src) : src_(src) {}
+
+  Status Apply(const torch::nn::Sequential& seq, const std::string& prefix) {
+    std::size_t i = 0;
+    for (auto it = seq->begin(); it != seq->end(); ++it, ++i) {
+      const std::string name = fmt::format("{}{}", prefix, i);
+      const std::shared_ptr<torch::nn::Module> m = it->ptr();
+      if (auto* linear = m->as<torch::nn::LinearImpl>()) {
+        src_ << fmt::format("    x = torch.addmm(self.{0}_b, x, self.{0}_w.t())\n", name);
+        Add(name + "_w", linear->weight);
+        Add(name + "_b", linear->bias);
+      } else if (auto* conv = m->as<torch::nn::Conv2dImpl>()) {
+        if (auto s = Conv(*conv, name, "x"); !s.ok()) return s;
+        src_ << "    x = " << last_ << "\n";
+      } else if (auto* pool = m->as<torch::nn::MaxPool2dImpl>()) {
+        const auto& o = pool->options;
+        src_ << fmt::format("    x = torch.max_pool2d(x, [{}, {}], [{}, {}], [{}, {}])\n", (*o.kernel_size())[0],
+                            (*o.kernel_size())[1], (*o.stride())[0], (*o.stride())[1], (*o.padding())[0],
+                            (*o.padding())[1]);
+      } else if (auto* block = m->as<ImpalaResidualImpl>()) {
+        if (auto s = Conv(*block->conv0, name + "_c0", "torch.relu(x)"); !s.ok()) return s;
+        const std::string inner = last_;
+        if (auto s = Conv(*block->conv1, name + "_c1", "torch.relu(" + inner + ")"); !s.ok()) return s;
+        src_ << "    x = x + " << last_ << "\n";
+      } else if (auto* norm = m->as<torch::nn::LayerNormImpl>()) {
+        src_ << fmt::format("    x = torch.layer_norm(x, [{}], self.{}_w, self.{}_b, {:.9g})\n",
+                            fmt::join(norm->options.normalized_shape(), ", "), name, name, norm->options.eps());
+        Add(name + "_w", norm->weight);
+        Add(name + "_b", norm->bias);
+      } else if (m->as<torch::nn::FlattenImpl>()) {
+        src_ << "    x = x.reshape([x.size(0), -1])\n";
+      } else if (m->as<torch::nn::TanhImpl>()) {
+        src_ << "    x = torch.tanh(x)\n";
+      } else if (m->as<torch::nn::ReLUImpl>()) {
+        src_ << "    x = torch.relu(x)\n";
+      } else if (auto* elu = m->as<torch::nn::ELUImpl>()) {
+        src_ << fmt::format("    x = torch.elu(x, {:.9g})\n", elu->options.alpha());
+      } else if (m->as<torch::nn::SiLUImpl>()) {
+        src_ << "    x = torch.silu(x)\n";
+      } else {
+        return Status::InvalidArgument(fmt::format("ExportTorchScript: {} (module {}) has no TorchScript form here",
+                                                   m->name(), name));
+      }
     }
-    const std::string field = key.substr(dot + 1);
-    torch::Tensor t = item.value().detach().to(torch::kCPU, torch::kFloat32).clone();
-    if (field == "weight") {
-      by_index[index].weight = t;
-    } else if (field == "bias") {
-      by_index[index].bias = t;
-    } else {
-      return Status::InvalidArgument("ExportTorchScript: unexpected parameter " + key);
-    }
-  }
-  out->clear();
-  if (prefix != "actor.") {
-    for (auto& [index, layer] : by_index) out->push_back(layer);
     return Status::Ok();
   }
-  for (auto& [index, layer] : by_index) {
-    if (!layer.weight.defined() || !layer.bias.defined() || layer.weight.dim() != 2 || layer.bias.dim() != 1 ||
-        layer.bias.size(0) != layer.weight.size(0))
-      return Status::InvalidArgument(fmt::format("ExportTorchScript: actor layer {} is not a Linear layer", index));
-    if (!out->empty() && out->back().weight.size(0) != layer.weight.size(1))
-      return Status::InvalidArgument(fmt::format("ExportTorchScript: actor layer {} takes {} inputs, previous gives {}",
-                                                 index, layer.weight.size(1), out->back().weight.size(0)));
-    out->push_back(layer);
+
+  const std::vector<std::pair<std::string, torch::Tensor>>& parameters() const { return parameters_; }
+
+ private:
+  void Add(const std::string& name, const torch::Tensor& t) { parameters_.emplace_back(name, HostCopy(t)); }
+
+  // Sets last_ to the expression of `conv` applied to `input`.
+  Status Conv(const torch::nn::Conv2dImpl& conv, const std::string& name, const std::string& input) {
+    const int64_t padding = ConvPadding(conv);
+    const auto& stride = *conv.options.stride();
+    if (padding < 0 || stride[0] != stride[1] || (*conv.options.dilation())[0] != 1 || conv.options.groups() != 1)
+      return Status::InvalidArgument(fmt::format("ExportTorchScript: conv {} is not a plain square-strided one", name));
+    last_ = fmt::format("torch.conv2d({}, self.{}_w, self.{}_b, [{}, {}], [{}, {}])", input, name, name, stride[0],
+                        stride[0], padding, padding);
+    Add(name + "_w", conv.weight);
+    Add(name + "_b", conv.bias);
+    return Status::Ok();
   }
-  if (out->empty()) return Status::InvalidArgument("ExportTorchScript: the policy has no actor layers");
-  return Status::Ok();
-}
+
+  std::ostringstream& src_;
+  std::vector<std::pair<std::string, torch::Tensor>> parameters_;
+  std::string last_;
+};
 
 }  // namespace
 
@@ -73,46 +116,32 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
   const Space& obs = policy.observation_space();
   const Space& action = policy.action_space();
   const bool core = policy.has_core();
-  if (core && policy.encoder() == Encoder::kCnn)
-    return Status::InvalidArgument(fmt::format(
-        "ExportTorchScript: a cnn policy with a {} core is not exported (only the mlp encoder's); serve it with "
-        "farm-learner --serve (each client row keeps its state there) or evaluate it with scripts/farm eval",
-        CoreName(policy.options().core)));
-  // With a core: the mlp encoder's hidden layers ("actor_encoder."), the core's weights, then the head ("actor.").
-  std::vector<Layer> trunk;
+  // With a core: the encoder (an image encoder and the trunk), the core's weights, then the head ("actor.").
   std::map<std::string, torch::Tensor> core_params;
   int64_t core_size = 0;
   if (core) {
-    if (auto s = SequentialLayers(policy, "actor_encoder.", &trunk); !s.ok()) return s;
     for (const auto& item : policy.named_parameters()) {
       const std::string& key = item.key();
-      if (key.rfind("actor_core.", 0) == 0)
-        core_params[key.substr(11)] = item.value().detach().to(torch::kCPU, torch::kFloat32).clone();
+      if (key.rfind("actor_core.", 0) == 0) core_params[key.substr(11)] = HostCopy(item.value());
     }
     for (const char* name : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"})
       if (!core_params.count(name))
         return Status::InvalidArgument(std::string("ExportTorchScript: the actor's core has no ") + name);
     core_size = policy.options().core_size;
   }
-  std::vector<Layer> layers;
-  if (auto s = SequentialLayers(policy, "actor.", &layers); !s.ok()) return s;
-  const bool cnn = policy.encoder() == Encoder::kCnn;
-  std::vector<Layer> encoder;  // cnn: conv, conv, linear
-  if (cnn) {
-    if (auto s = SequentialLayers(policy, "actor_encoder.", &encoder); !s.ok()) return s;
-    if (encoder.size() != 3 || encoder[0].weight.dim() != 4 || encoder[1].weight.dim() != 4 ||
-        encoder[2].weight.dim() != 2 || obs.shape.size() != 3)
-      return Status::InvalidArgument("ExportTorchScript: the actor's cnn encoder is not conv, conv, linear on a "
-                                     "[C, H, W] observation");
-  }
+  const torch::nn::Sequential head = policy.actor();
+  if (!head || head->is_empty()) return Status::InvalidArgument("ExportTorchScript: the policy has no actor layers");
   const int64_t obs_dim = obs.numel();
-  const int64_t in_dim = core ? core_size : cnn ? encoder[2].weight.size(0) : obs_dim;
   const int64_t head_dim = action.head_size();
-  if (layers.front().weight.size(1) != in_dim || layers.back().weight.size(0) != head_dim)
-    return Status::InvalidArgument(
-        fmt::format("ExportTorchScript: the actor maps {} to {} values, but the spaces need {} to {}",
-                    layers.front().weight.size(1), layers.back().weight.size(0), in_dim, head_dim));
-
+  const auto* last = head->ptr(head->size() - 1)->as<torch::nn::LinearImpl>();
+  if (last == nullptr || last->weight.size(0) != head_dim)
+    return Status::InvalidArgument(fmt::format("ExportTorchScript: the actor's last layer is not a Linear to the {} "
+                                               "values the action space needs",
+                                               head_dim));
+  const bool image = IsImageEncoder(policy.encoder());
+  if (image && obs.shape.size() != 3)
+    return Status::InvalidArgument(fmt::format("ExportTorchScript: the {} encoder needs a [C, H, W] observation, got {}",
+                                               EncoderName(policy.encoder()), obs.ToString()));
   if (normalize && (static_cast<int64_t>(normalize->mean.size()) != obs_dim ||
                     static_cast<int64_t>(normalize->std.size()) != obs_dim))
     return Status::InvalidArgument(fmt::format("ExportTorchScript: the observation normaliser has {} elements, the "
@@ -126,19 +155,17 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
         "    obs = torch.clamp((obs.reshape([obs.size(0), {0}]).float() - self.obs_mean) / self.obs_std, -{1:.9g}, "
         "{1:.9g})\n",
                        obs_dim, static_cast<double>(normalize->clip));
-  if (cnn) {
+  if (image) {
     src << fmt::format("    x = obs.reshape([obs.size(0), {}]).float()\n", fmt::join(obs.shape, ", "));
-    src << "    x = torch.relu(torch.conv2d(x, self.conv0_w, self.conv0_b, [1, 1], [1, 1]))\n";
-    src << "    x = torch.relu(torch.conv2d(x, self.conv1_w, self.conv1_b, [2, 2], [1, 1]))\n";
-    src << "    x = torch.relu(torch.addmm(self.enc_b, x.reshape([x.size(0), -1]), self.enc_w.t()))\n";
   } else {
     src << "    x = obs.reshape([obs.size(0), " << obs_dim << "]).float()\n";
   }
+  ScriptWriter writer(src);
+  if (const torch::nn::Sequential encoder = policy.actor_encoder())
+    if (auto s = writer.Apply(encoder, "enc"); !s.ok()) return s;
   if (core) {
-    // The encoder's tanh layers, then one step of the core from `state` (the same arithmetic as
-    // learner/model/recurrent_core.cpp); the head reads the core's output, and the next state is returned.
-    for (std::size_t i = 0; i < trunk.size(); ++i)
-      src << fmt::format("    x = torch.tanh(torch.addmm(self.t{0}_b, x, self.t{0}_w.t()))\n", i);
+    // One step of the core from `state` (the same arithmetic as learner/model/recurrent_core.cpp); the head reads
+    // the core's output, and the next state is returned.
     const int64_t n = core_size;
     src << "    gi = torch.addmm(self.core_bih, x, self.core_wih.t())\n";
     if (policy.options().core == CoreKind::kGru) {
@@ -162,11 +189,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
   }
   // The return statement: the action, and with a core the next state.
   const auto ret = [&](const std::string& value) { return core ? "(" + value + ", next_state)" : value; };
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const bool last = i + 1 == layers.size();
-    const std::string affine = fmt::format("torch.addmm(self.b{0}, x, self.w{0}.t())", i);
-    src << "    x = " << (last ? affine : "torch.tanh(" + affine + ")") << "\n";
-  }
+  if (auto s = writer.Apply(head, "actor"); !s.ok()) return s;
   if (action.is_discrete()) {
     src << "    return " << ret("torch.argmax(x, -1)") << "\n";
   } else if (action.is_multi_discrete()) {
@@ -190,24 +213,12 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
   const std::string tmp = path + ".tmp";
   try {
     torch::jit::Module module("FarmPolicy");
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      module.register_parameter(fmt::format("w{}", i), layers[i].weight, /*is_buffer=*/false);
-      module.register_parameter(fmt::format("b{}", i), layers[i].bias, /*is_buffer=*/false);
-    }
-    for (std::size_t i = 0; i < trunk.size(); ++i) {
-      module.register_parameter(fmt::format("t{}_w", i), trunk[i].weight, /*is_buffer=*/false);
-      module.register_parameter(fmt::format("t{}_b", i), trunk[i].bias, /*is_buffer=*/false);
-    }
+    for (const auto& [name, tensor] : writer.parameters()) module.register_parameter(name, tensor, /*is_buffer=*/false);
     if (core) {
       module.register_parameter("core_wih", core_params["weight_ih"], /*is_buffer=*/false);
       module.register_parameter("core_whh", core_params["weight_hh"], /*is_buffer=*/false);
       module.register_parameter("core_bih", core_params["bias_ih"], /*is_buffer=*/false);
       module.register_parameter("core_bhh", core_params["bias_hh"], /*is_buffer=*/false);
-    }
-    for (std::size_t i = 0; i < encoder.size(); ++i) {
-      const std::string name = i < 2 ? fmt::format("conv{}", i) : std::string("enc");
-      module.register_parameter(name + "_w", encoder[i].weight, /*is_buffer=*/false);
-      module.register_parameter(name + "_b", encoder[i].bias, /*is_buffer=*/false);
     }
     if (normalize) {
       module.register_buffer("obs_mean", torch::tensor(normalize->mean, torch::kFloat32));

@@ -17,23 +17,25 @@ namespace farm {
 //   multi-discrete: int64 [B, K], the argmax of each component's logits;
 //   box:      float32 [B, action_shape...], the actor's mean clamped to the
 //             space's bounds (registered as buffers "low" and "high").
-// The actor's layers are parameters w0, b0, w1, b1, ... (copied to the CPU as
-// float32), applied as tanh(x @ w.T + b) with no tanh after the last layer.
-// With the cnn encoder they are preceded by the encoder's, conv0_w, conv0_b,
-// conv1_w, conv1_b (3x3, strides 1 and 2, padding 1, ReLU), then a flatten and
-// enc_w, enc_b (ReLU). The critic (and with it any global state) is not
-// exported: the module acts on an agent's own observation.
+// The module's forward applies the actor's own layers, in order, written out in
+// TorchScript: the encoder's (an image encoder, learner/model/encoder.h: conv,
+// max-pool, IMPALA residual blocks, flatten; and with a core the trunk) as
+// parameters enc<i>_w, enc<i>_b, then the actor's trunk and head as
+// actor<i>_w, actor<i>_b (Linear, LayerNorm), with the policy's activations
+// between them and none after the head (all copied to the CPU as float32).
+// The critic (and with it any global state) is not exported: the module acts
+// on an agent's own observation.
 // With `normalize` (a run with env.normalize_obs), forward first applies it to
 // the raw observation, as the workers do: clamp((obs - obs_mean) / obs_std,
 // -clip, clip), with buffers "obs_mean" and "obs_std" (float32, one entry per
 // observation element), so that raw observations go in and actions come out.
-// With a recurrent core (ppo.core, mlp encoder only; a cnn one is refused):
-// forward(obs, state) returns (action, next_state), the state float32 [B, S]
-// of the actor's core (S = core_size for gru, 2 * core_size for lstm: h then
-// c; the critic's is not exported), and initial_state(batch) gives the zeros
-// that start every episode. The encoder's layers are t0_w, t0_b, ... (tanh),
-// the core's core_wih, core_whh, core_bih, core_bhh (torch.nn.GRUCell's and
-// LSTMCell's gate layout), and w0, b0 the head.
+// With a recurrent core (ppo.core, any encoder): forward(obs, state) returns
+// (action, next_state), the state float32 [B, S] of the actor's core (S =
+// core_size for gru, 2 * core_size for lstm: h then c; the critic's is not
+// exported), and initial_state(batch) gives the zeros that start every
+// episode. The core's weights are core_wih, core_whh, core_bih, core_bhh
+// (torch.nn.GRUCell's and LSTMCell's gate layout), between the encoder and the
+// head.
 Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const ObsTransform* normalize = nullptr);
 
 }  // namespace farm
