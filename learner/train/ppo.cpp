@@ -380,26 +380,18 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   // why per epoch). They replace GAE's in place, in the rows, the chunks or the fused update's own batch.
   std::unique_ptr<VtraceCorrection> vtrace;
   if (config_.advantage == "vtrace") vtrace = std::make_unique<VtraceCorrection>(rollout, config_);
-  // Rewrites b_advantages and b_returns (and the chunks' copies) with the targets from the policy's ratios as
-  // they are now and the critic's values as they were at the update's start (vtrace.h says why).
-  torch::Tensor vtrace_values;  // [T, N], from the first epoch's evaluation
+  // Rewrites b_advantages and b_returns (and the chunks' copies) with the targets of the policy as it is now.
   const auto begin_epoch = [&] {
     if (!vtrace) return;
-    torch::Tensor logp, value;
+    Advantages a;
     if (recurrent) {
-      auto [l, v] = EvaluateChunks(*policy_, chunks, k, precision_);
-      logp = FromChunks(l, steps);
-      value = FromChunks(v, steps);
-    } else {
-      auto [l, v] = EvaluateRows(*policy_, rows, k, precision_);
-      logp = l.view({steps, envs});
-      value = v.view({steps, envs});
-    }
-    if (!vtrace_values.defined()) vtrace_values = value;
-    const Advantages a = vtrace->Recompute(logp, vtrace_values);
-    if (recurrent) {
+      const auto [logp, value] = EvaluateChunks(*policy_, chunks, k, precision_);
+      a = vtrace->Recompute(FromChunks(logp, steps), FromChunks(value, steps));
       chunks.advantages.copy_(ToChunks(a.advantages, rollout.bptt, device));
       chunks.returns.copy_(ToChunks(a.returns, rollout.bptt, device));
+    } else {
+      const auto [logp, value] = EvaluateRows(*policy_, rows, k, precision_);
+      a = vtrace->Recompute(logp.view({steps, envs}), value.view({steps, envs}));
     }
     b_advantages.copy_(a.advantages.flatten());
     b_returns.copy_(a.returns.flatten());  // the explained variance's targets too

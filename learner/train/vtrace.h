@@ -41,20 +41,17 @@ Advantages ComputeVtrace(const torch::Tensor& log_rhos, const torch::Tensor& rew
                          const torch::Tensor& dones, const torch::Tensor& last_value, const VtraceParams& params,
                          VtraceStats* stats = nullptr);
 
-// The update's V-trace over one rollout: each epoch, from the log-probs of the policy as it is at the epoch's
-// start, the epoch's advantages and targets (recomputed per epoch, not per minibatch: the farm's minibatches
-// are shuffled rows or chunks, not whole trajectories, so a minibatch cannot run the backward recursion; an
-// epoch's start is the freshest point at which every step's ratio is known). The values V(x_t) are the
-// critic's at the update's start, for every epoch: a critic that earlier epochs fitted to this very rollout's
-// targets would drive its own advantages toward zero, and normalised they would then be mostly noise
-// (docs/PERFORMANCE.md, "Async correction": uav_coverage's centralised critic). The bootstrap V(x_T) is the critic's value at acting time (the rollout keeps no observation past its last step).
+// The update's V-trace over one rollout: each epoch, from the log-probs and values of the policy as it is at
+// the epoch's start, the epoch's advantages and targets (recomputed per epoch, not per minibatch: the farm's
+// minibatches are shuffled rows or chunks, not whole trajectories, so a minibatch cannot run the backward
+// recursion; an epoch's start is the freshest point at which every step's ratio is known). The bootstrap
+// V(x_T) is the critic's value at acting time (the rollout keeps no observation past its last step).
 class VtraceCorrection {
  public:
   // Keeps the rollout's behaviour log-probs, rewards, dones and bootstrap values (host copies).
   VtraceCorrection(const Rollout& rollout, const PpoConfig& config);
 
-  // target_logp: [T, N], the current policy's on the rollout's steps; values: [T, N], the critic's (PpoTrainer
-  // passes the update-start ones every epoch). Adds to the running stats.
+  // target_logp, values: [T, N], the current policy's on the rollout's steps. Adds to the running stats.
   Advantages Recompute(const torch::Tensor& target_logp, const torch::Tensor& values);
 
   // Means over the Recompute calls so far.
