@@ -93,6 +93,13 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                                  ImageEncoderFloats(parts.options.encoder, parts.options.layout,
                                                     use_state ? *parts.options.global_state : spec.observation),
                              parts.options.layout.layer_norm);
+  {
+    const Space& critic_input = use_state ? *parts.options.global_state : spec.observation;
+    memory_inputs.minibatch_floats_per_row =
+        spec.observation.numel() + (use_state ? critic_input.numel() : 0) +
+        ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, spec.observation) +
+        ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, critic_input);
+  }
   if (parts.options.core != CoreKind::kNone) {
     memory_inputs.activation_floats_per_row +=
         CoreActivationFloats(parts.options.core == CoreKind::kLstm ? 4 : 3, parts.options.core_size,

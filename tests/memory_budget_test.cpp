@@ -54,6 +54,9 @@ TEST_CASE("EstimateRunMemory: the parts, each from its own inputs", "[memory]") 
   CHECK(sync.store == 16 * 100 * 50);
   CHECK(sync.update == 16 * 100 * 50 + 16 * 100 * 8);
   CHECK(sync.activations == 400 * 10 * 4 * 3);  // minibatches of 1600 / 4 rows
+  RunMemoryInputs images = in;
+  images.minibatch_floats_per_row = 7;  // the gathered inputs and a conv's workspace, held once
+  CHECK(EstimateRunMemory(images, ppo, false).activations == 400 * (10 * 3 + 7) * 4);
   CHECK(sync.total() == sync.model + sync.optimizer + sync.store + sync.update + sync.activations);
   const RunMemory async = EstimateRunMemory(in, ppo, /*async=*/true);
   CHECK(async.store == 2 * sync.store);  // one rollout recorded while the other trains
@@ -73,6 +76,13 @@ TEST_CASE("ActivationFloatsPerRow counts both networks and the cnn's conv maps",
   EncoderLayout impala;
   impala.impala_channels = {16};
   CHECK(ImageEncoderFloats(Encoder::kImpala, impala, Space::Box({5, 7, 7}, {0.f}, {1.f})) == 16 * 49 + 7 * 16 * 16);
+  // The largest unfolded conv input: cnn on [5, 7, 7]: the first conv, 5 x 3 x 3 x 49 (the second: 32 x 9 x 16).
+  CHECK(ImageEncoderWorkspaceFloats(Encoder::kCnn, {}, Space::Box({5, 7, 7}, {0.f}, {1.f})) == 32 * 9 * 16);
+  // The Nature stack on the seeds' [7, 50, 50]: the first conv, 7 x 8 x 8 x 11 x 11.
+  EncoderLayout nature;
+  nature.conv = {{32, 8, 4, 0}, {64, 4, 2, 0}, {64, 3, 1, 0}};
+  CHECK(ImageEncoderWorkspaceFloats(Encoder::kConv, nature, Space::Box({7, 50, 50}, {0.f}, {1.f})) == 7 * 64 * 121);
+  CHECK(ImageEncoderWorkspaceFloats(Encoder::kMlp, {}, Space::Box({5, 7, 7}, {0.f}, {1.f})) == 0);
 }
 
 TEST_CASE("ParseCgroupLimit: a figure, or none for max, unlimited and garbage", "[memory]") {

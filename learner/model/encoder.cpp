@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace farm {
@@ -140,6 +141,29 @@ Status ImageEncoderShapes(Encoder kind, const EncoderLayout& layout, const Space
     case Encoder::kMlp: break;
   }
   return Status::Ok();
+}
+
+int64_t ImageEncoderWorkspaceFloats(Encoder kind, const EncoderLayout& layout, const Space& input) {
+  std::vector<std::vector<int64_t>> shapes;
+  if (!ImageEncoderShapes(kind, layout, input, "input", &shapes).ok() || shapes.empty()) return 0;
+  // Each convolution's input channels and kernel, in the order ImageEncoderShapes lists their outputs (impala:
+  // a stage's conv, then its pool, whose blocks' convs are 3x3 on the pooled shape).
+  int64_t channels = input.shape[0], largest = 0;
+  const auto conv = [&](int64_t in, int64_t kernel, const std::vector<int64_t>& out) {
+    largest = std::max(largest, in * kernel * kernel * out[1] * out[2]);
+  };
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::vector<int64_t>& out = shapes[i];
+    if (kind == Encoder::kConv) {
+      conv(channels, layout.conv[i].kernel, out);
+    } else if (kind == Encoder::kImpala && i % 2 == 1) {
+      conv(out[0], 3, out);  // the residual blocks' convs
+    } else {
+      conv(channels, 3, out);  // cnn's and impala's stage convs are 3x3
+    }
+    channels = out[0];
+  }
+  return largest;
 }
 
 ImpalaResidualImpl::ImpalaResidualImpl(int64_t channels) {

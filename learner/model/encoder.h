@@ -81,6 +81,10 @@ int64_t AppendTrunk(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 // output, once); 0 for mlp or a shape it cannot take.
 int64_t ImageEncoderFloats(Encoder kind, const EncoderLayout& layout, const Space& input);
 
+// Floats per row of the largest unfolded input (im2col: in_channels x kernel^2 x output cells) among the image
+// encoder's convolutions, which LibTorch's CPU convolution allocates for the whole batch; 0 for mlp.
+int64_t ImageEncoderWorkspaceFloats(Encoder kind, const EncoderLayout& layout, const Space& input);
+
 // IMPALA's residual block: x + conv1(relu(conv0(relu(x)))), both convs 3x3 with padding 1, `channels` wide.
 class ImpalaResidualImpl : public torch::nn::Module {
  public:

@@ -140,7 +140,7 @@ RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, boo
   m.update = rollout + in.rows * ppo.rollout_length * 8;
   const int64_t minibatch_rows = (in.rows * ppo.rollout_length + ppo.num_minibatches - 1) / ppo.num_minibatches;
   // Outputs, what autograd keeps for the backward, and the gradients flowing back: three floats a width.
-  m.activations = minibatch_rows * in.activation_floats_per_row * 4 * 3;
+  m.activations = minibatch_rows * (in.activation_floats_per_row * 3 + in.minibatch_floats_per_row) * 4;
   return m;
 }
 

@@ -45,6 +45,9 @@ struct RunMemoryInputs {
   int64_t rows = 0;                       // agent rows of the workers joined, this one included
   int64_t activation_floats_per_row = 0;  // ActivationFloatsPerRow (and, with a core, CoreActivationFloats)
   int64_t core_state_floats = 0;          // with a recurrent core: floats of state per row (0 without)
+  // Floats per row that a minibatch holds once, not three times as activations: its gathered inputs (observation
+  // and global state) and an image encoder's convolution workspace (ImageEncoderWorkspaceFloats).
+  int64_t minibatch_floats_per_row = 0;
 };
 
 // With a recurrent core (kind gru: 3 gates, lstm: 4) of `size` units on `cores` networks (the actor's, and the
