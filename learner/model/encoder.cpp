@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace farm {
@@ -86,37 +87,61 @@ Status ParseActivation(const std::string& name, Activation* out) {
   return Status::InvalidArgument("activation: expected tanh, relu, elu or silu, got '" + name + "'");
 }
 
-Status ImageEncoderShapes(Encoder kind, const EncoderLayout& layout, const Space& input, const char* what,
-                          std::vector<std::vector<int64_t>>* shapes) {
-  shapes->clear();
+namespace {
+
+// One layer of an image encoder's stack: what ImageEncoderShapes checks, ImageEncoder builds and the memory
+// estimate counts, listed once.
+struct PlannedLayer {
+  bool pool = false;  // a max-pool (impala's), else a convolution
+  int64_t in_channels = 0, channels = 0, kernel = 0, stride = 1, padding = 0;
+  std::optional<Activation> activation;  // after a convolution, when one follows it
+  bool residual_blocks = false;          // impala: two residual blocks of `channels` after this pool
+  std::vector<int64_t> out;              // the [C, H, W] it leaves
+};
+
+Status PlanImageEncoder(Encoder kind, const EncoderLayout& layout, const Space& input, const char* what,
+                        std::vector<PlannedLayer>* plan) {
+  plan->clear();
   if (kind == Encoder::kMlp) return Status::Ok();
   const std::string key = std::string("ppo.encoder ") + EncoderName(kind);
   if (input.shape.size() != 3 || input.numel() <= 0)
     return Status::InvalidArgument(fmt::format("{} needs a [C, H, W] {}, got {} (use ppo.encoder: mlp)", key, what,
                                                input.ToString()));
   std::vector<int64_t> shape = input.shape;
-  // One layer on `shape`: its output, or an error naming the layer when it leaves nothing.
-  const auto layer = [&](const std::string& name, int64_t channels, int64_t kernel, int64_t stride,
-                         int64_t padding) -> Status {
-    if (channels <= 0 || kernel <= 0 || stride <= 0 || padding < 0)
+  // One layer on `shape`: planned with its output, or an error naming the layer when it leaves nothing.
+  const auto layer = [&](const std::string& name, PlannedLayer l) -> Status {
+    if (l.channels <= 0 || l.kernel <= 0 || l.stride <= 0 || l.padding < 0)
       return Status::InvalidArgument(fmt::format("{}: channels {}, kernel {} and stride {} must be positive and "
                                                  "padding {} at least 0",
-                                                 name, channels, kernel, stride, padding));
-    const int64_t h = OutSize(shape[1], kernel, stride, padding), w = OutSize(shape[2], kernel, stride, padding);
+                                                 name, l.channels, l.kernel, l.stride, l.padding));
+    const int64_t h = OutSize(shape[1], l.kernel, l.stride, l.padding);
+    const int64_t w = OutSize(shape[2], l.kernel, l.stride, l.padding);
     if (h <= 0 || w <= 0)
       return Status::InvalidArgument(fmt::format("{}: kernel {} with padding {} does not fit the {} {} it gets "
                                                  "(from the {} {}): nothing would be left; use a smaller kernel or "
                                                  "stride, or more padding",
-                                                 name, kernel, padding, what, ShapeText(shape), what,
+                                                 name, l.kernel, l.padding, what, ShapeText(shape), what,
                                                  ShapeText(input.shape)));
-    shape = {channels, h, w};
-    shapes->push_back(shape);
+    l.in_channels = shape[0];
+    shape = {l.channels, h, w};
+    l.out = shape;
+    plan->push_back(std::move(l));
     return Status::Ok();
+  };
+  const auto conv = [](int64_t channels, int64_t kernel, int64_t stride, int64_t padding,
+                       std::optional<Activation> activation) {
+    PlannedLayer l;
+    l.channels = channels;
+    l.kernel = kernel;
+    l.stride = stride;
+    l.padding = padding;
+    l.activation = activation;
+    return l;
   };
   switch (kind) {
     case Encoder::kCnn:
-      if (auto s = layer(key + " (first conv)", kCnnChannels1, 3, 1, 1); !s.ok()) return s;
-      return layer(key + " (second conv)", kCnnChannels2, 3, 2, 1);
+      if (auto s = layer(key + " (first conv)", conv(kCnnChannels1, 3, 1, 1, Activation::kRelu)); !s.ok()) return s;
+      return layer(key + " (second conv)", conv(kCnnChannels2, 3, 2, 1, Activation::kRelu));
     case Encoder::kConv:
       if (layout.conv.empty())
         return Status::InvalidArgument(
@@ -124,7 +149,9 @@ Status ImageEncoderShapes(Encoder kind, const EncoderLayout& layout, const Space
             "padding: 1}]");
       for (std::size_t i = 0; i < layout.conv.size(); ++i) {
         const ConvLayerSpec& c = layout.conv[i];
-        if (auto s = layer(fmt::format("ppo.conv[{}]", i), c.channels, c.kernel, c.stride, c.padding); !s.ok())
+        if (auto s = layer(fmt::format("ppo.conv[{}]", i), conv(c.channels, c.kernel, c.stride, c.padding,
+                                                                 layout.activation));
+            !s.ok())
           return s;
       }
       return Status::Ok();
@@ -134,8 +161,12 @@ Status ImageEncoderShapes(Encoder kind, const EncoderLayout& layout, const Space
                                        "32, 32]");
       for (std::size_t i = 0; i < layout.impala_channels.size(); ++i) {
         const std::string name = fmt::format("ppo.impala_channels[{}]", i);
-        if (auto s = layer(name + " (conv)", layout.impala_channels[i], 3, 1, 1); !s.ok()) return s;
-        if (auto s = layer(name + " (max-pool)", layout.impala_channels[i], 3, 2, 1); !s.ok()) return s;
+        if (auto s = layer(name + " (conv)", conv(layout.impala_channels[i], 3, 1, 1, std::nullopt)); !s.ok())
+          return s;
+        PlannedLayer pool = conv(layout.impala_channels[i], 3, 2, 1, std::nullopt);
+        pool.pool = true;
+        pool.residual_blocks = true;
+        if (auto s = layer(name + " (max-pool)", std::move(pool)); !s.ok()) return s;
       }
       return Status::Ok();
     case Encoder::kMlp: break;
@@ -143,25 +174,25 @@ Status ImageEncoderShapes(Encoder kind, const EncoderLayout& layout, const Space
   return Status::Ok();
 }
 
+}  // namespace
+
+Status ImageEncoderShapes(Encoder kind, const EncoderLayout& layout, const Space& input, const char* what,
+                          std::vector<std::vector<int64_t>>* shapes) {
+  shapes->clear();
+  std::vector<PlannedLayer> plan;
+  if (auto s = PlanImageEncoder(kind, layout, input, what, &plan); !s.ok()) return s;
+  for (const PlannedLayer& l : plan) shapes->push_back(l.out);
+  return Status::Ok();
+}
+
 int64_t ImageEncoderWorkspaceFloats(Encoder kind, const EncoderLayout& layout, const Space& input) {
-  std::vector<std::vector<int64_t>> shapes;
-  if (!ImageEncoderShapes(kind, layout, input, "input", &shapes).ok() || shapes.empty()) return 0;
-  // Each convolution's input channels and kernel, in the order ImageEncoderShapes lists their outputs (impala:
-  // a stage's conv, then its pool, whose blocks' convs are 3x3 on the pooled shape).
-  int64_t channels = input.shape[0], largest = 0;
-  const auto conv = [&](int64_t in, int64_t kernel, const std::vector<int64_t>& out) {
-    largest = std::max(largest, in * kernel * kernel * out[1] * out[2]);
-  };
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const std::vector<int64_t>& out = shapes[i];
-    if (kind == Encoder::kConv) {
-      conv(channels, layout.conv[i].kernel, out);
-    } else if (kind == Encoder::kImpala && i % 2 == 1) {
-      conv(out[0], 3, out);  // the residual blocks' convs
-    } else {
-      conv(channels, 3, out);  // cnn's and impala's stage convs are 3x3
-    }
-    channels = out[0];
+  std::vector<PlannedLayer> plan;
+  if (!PlanImageEncoder(kind, layout, input, "input", &plan).ok()) return 0;
+  int64_t largest = 0;
+  for (const PlannedLayer& l : plan) {
+    const int64_t cells = l.out[1] * l.out[2];
+    if (!l.pool) largest = std::max(largest, l.in_channels * l.kernel * l.kernel * cells);
+    if (l.residual_blocks) largest = std::max(largest, l.channels * 9 * cells);  // the blocks' 3x3 convs
   }
   return largest;
 }
@@ -177,8 +208,8 @@ torch::Tensor ImpalaResidualImpl::forward(const torch::Tensor& x) {
 
 torch::nn::Sequential ImageEncoder(Encoder kind, const EncoderLayout& layout, const Space& input, int64_t features,
                                    const char* what) {
-  std::vector<std::vector<int64_t>> shapes;
-  if (auto s = ImageEncoderShapes(kind, layout, input, what, &shapes); !s.ok())
+  std::vector<PlannedLayer> plan;
+  if (auto s = PlanImageEncoder(kind, layout, input, what, &plan); !s.ok())
     throw std::invalid_argument("ActorCritic: " + s.message());
   if (kind == Encoder::kMlp) throw std::invalid_argument("ActorCritic: the mlp encoder has no image stack");
   if (features <= 0)
@@ -186,39 +217,24 @@ torch::nn::Sequential ImageEncoder(Encoder kind, const EncoderLayout& layout, co
                                             "width (its features), got {}",
                                             EncoderName(kind), features));
   torch::nn::Sequential seq;
-  int64_t channels = input.shape[0];
-  Activation last = Activation::kRelu;  // after the Linear: the conv encoder's activation, ReLU for the others
-  switch (kind) {
-    case Encoder::kCnn:
-      seq->push_back(OrthogonalConv(channels, kCnnChannels1, 3, 1, 1));
-      seq->push_back(torch::nn::ReLU());
-      seq->push_back(OrthogonalConv(kCnnChannels1, kCnnChannels2, 3, 2, 1));
-      seq->push_back(torch::nn::ReLU());
-      break;
-    case Encoder::kConv:
-      for (const ConvLayerSpec& c : layout.conv) {
-        seq->push_back(OrthogonalConv(channels, c.channels, c.kernel, c.stride, c.padding));
-        PushActivation(seq, layout.activation);
-        channels = c.channels;
-      }
-      last = layout.activation;
-      break;
-    case Encoder::kImpala:
-      for (int64_t out : layout.impala_channels) {
-        seq->push_back(OrthogonalConv(channels, out, 3, 1, 1));
-        seq->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(3).stride(2).padding(1)));
-        seq->push_back(ImpalaResidual(out));
-        seq->push_back(ImpalaResidual(out));
-        channels = out;
-      }
-      seq->push_back(torch::nn::ReLU());
-      break;
-    case Encoder::kMlp: break;
+  for (const PlannedLayer& l : plan) {
+    if (l.pool) {
+      seq->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(l.kernel).stride(l.stride).padding(l.padding)));
+    } else {
+      seq->push_back(OrthogonalConv(l.in_channels, l.channels, l.kernel, l.stride, l.padding));
+    }
+    if (l.activation) PushActivation(seq, *l.activation);
+    if (l.residual_blocks) {
+      seq->push_back(ImpalaResidual(l.channels));
+      seq->push_back(ImpalaResidual(l.channels));
+    }
   }
-  const std::vector<int64_t>& out = shapes.back();
+  if (kind == Encoder::kImpala) seq->push_back(torch::nn::ReLU());
+  const std::vector<int64_t>& out = plan.back().out;
   seq->push_back(torch::nn::Flatten());
   seq->push_back(OrthogonalLinear(out[0] * out[1] * out[2], features));
-  PushActivation(seq, last);
+  // After the Linear: the conv encoder's activation, ReLU for the others.
+  PushActivation(seq, kind == Encoder::kConv ? layout.activation : Activation::kRelu);
   return seq;
 }
 
@@ -237,14 +253,13 @@ int64_t AppendTrunk(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 }
 
 int64_t ImageEncoderFloats(Encoder kind, const EncoderLayout& layout, const Space& input) {
-  std::vector<std::vector<int64_t>> shapes;
-  if (!ImageEncoderShapes(kind, layout, input, "input", &shapes).ok()) return 0;
+  std::vector<PlannedLayer> plan;
+  if (!PlanImageEncoder(kind, layout, input, "input", &plan).ok()) return 0;
   int64_t floats = 0;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const int64_t numel = shapes[i][0] * shapes[i][1] * shapes[i][2];
-    // impala: every second shape is a stage's pooled output, which its two residual blocks keep (two convs and
-    // a sum each).
-    floats += kind == Encoder::kImpala && i % 2 == 1 ? 7 * numel : numel;
+  for (const PlannedLayer& l : plan) {
+    const int64_t numel = l.out[0] * l.out[1] * l.out[2];
+    // A pool's two residual blocks keep two convs and a sum each besides the pool's output.
+    floats += l.residual_blocks ? 7 * numel : numel;
   }
   return floats;
 }
