@@ -337,6 +337,16 @@ Status ValidateConfig(const FarmConfig& c) {
         "ppo.fused_update=on needs ppo.activation=tanh and ppo.layer_norm=false (got {} and {}): the fused update "
         "knows only the tanh MLP; use ppo.fused_update=auto to fall back to the LibTorch update",
         c.ppo.activation, c.ppo.layer_norm));
+  if (c.ppo.fused_update == "on" && (!c.ppo.actor_encoder_script.empty() || !c.ppo.critic_encoder_script.empty()))
+    return Status::InvalidArgument(fmt::format(
+        "ppo.fused_update=on cannot run a TorchScript encoder (ppo.actor_encoder_script '{}', "
+        "ppo.critic_encoder_script '{}'); use ppo.fused_update=auto to fall back to the LibTorch update",
+        c.ppo.actor_encoder_script, c.ppo.critic_encoder_script));
+  if (!c.ppo.actor_encoder_script.empty() && c.learner.cuda_graphs && !c.learner.random_actions)
+    return Status::InvalidArgument(fmt::format(
+        "learner.cuda_graphs does not capture a TorchScript encoder (ppo.actor_encoder_script is '{}'); set "
+        "learner.cuda_graphs=false, or use a built-in encoder",
+        c.ppo.actor_encoder_script));
   if (c.ppo.encoder == "conv" && c.ppo.conv.empty())
     return Status::InvalidArgument(
         "ppo.encoder=conv needs ppo.conv, its layers, e.g. [{channels: 32, kernel: 3, stride: 1, padding: 1}]");

@@ -244,6 +244,13 @@ struct PpoConfig {
   std::vector<int> impala_channels = {16, 32, 32};
   std::string activation = "tanh";
   bool layer_norm = false;
+  // Encoders written in PyTorch (learner/model/scripted_encoder.h): a TorchScript file (torch.jit.script(m).save)
+  // whose forward maps float32 [B, observation shape...] (the critic's: its input's shape) to features [B, F].
+  // It replaces that network's built-in encoder; the trunk of every hidden size, the core and the heads follow.
+  // The learner copies the file into the run directory (actor_encoder.pt, critic_encoder.pt), where
+  // policy_spec.json names it for farm-eval, farm-export and serving. Empty: the built-in encoder.
+  std::string actor_encoder_script;
+  std::string critic_encoder_script;
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
   // The fused CPU update (learner/train/ppo_fused.h): auto = use it when the policy is on the CPU in fp32 (the same
   // update as the LibTorch path, several times faster for small MLPs); on = require it (error otherwise);
@@ -304,6 +311,8 @@ struct PpoConfig {
     v("impala_channels", impala_channels, Rule::AtLeast(1));
     v("activation", activation, Rule::OneOf({"tanh", "relu", "elu", "silu"}));
     v("layer_norm", layer_norm);
+    v("actor_encoder_script", actor_encoder_script);
+    v("critic_encoder_script", critic_encoder_script);
     v("bootstrap_truncated", bootstrap_truncated);
     v("fused_update", fused_update, Rule::OneOf({"auto", "on", "off"}));
     v("graph_update", graph_update, Rule::OneOf({"auto", "on", "off"}));

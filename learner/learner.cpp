@@ -107,6 +107,13 @@ Status Learner::Impl::Init() {
     if (auto s = LoadPolicy(config.learner.init_from, &probe, &saved, nullptr, &path); !s.ok())
       return Status::InvalidArgument("learner.init_from: " + s.message());
   }
+  // Encoders written in PyTorch: a file that does not load stops the start here (its shapes are checked against
+  // the env's at the first worker's Hello).
+  for (const auto& [key, path] : {std::pair<const char*, std::string>{"ppo.actor_encoder_script",
+                                                                      config.ppo.actor_encoder_script},
+                                  {"ppo.critic_encoder_script", config.ppo.critic_encoder_script}})
+    if (!path.empty())
+      if (auto s = CheckEncoderScript(path, key); !s.ok()) return s;
   if (curve) {
     // The ZAP handler must be bound before the router: libzmq admits every CURVE client while none is.
     if (auto s = ZapAuthenticator::Start(ctx, curve->authorized, &zap); !s.ok()) return s;

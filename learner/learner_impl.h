@@ -30,6 +30,7 @@
 #include "common/wire.h"
 #include "learner/model/cuda_graph.h"
 #include "learner/model/device.h"
+#include "learner/model/scripted_encoder.h"
 #include "learner/run/checkpoint.h"
 #include "learner/run/error_text.h"
 #include "learner/run/eval_episodes.h"

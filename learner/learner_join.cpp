@@ -87,19 +87,22 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   memory_inputs.parameters = 0;
   for (const auto& p : parts.acting->parameters()) memory_inputs.parameters += p.numel();
   memory_inputs.bytes_per_row_step = collector.store().bytes_per_row_step();
+  // Per network, what its encoder holds for the backward pass and its largest convolution workspace. A TorchScript
+  // encoder's insides are not known here: its output alone is counted (docs/PERFORMANCE.md, "Encoders").
+  const Space& critic_input = use_state ? *parts.options.global_state : spec.observation;
+  const auto encoder_floats = [&](bool actor, bool workspace) -> int64_t {
+    const Space& input = actor ? spec.observation : critic_input;
+    const torch::nn::Sequential encoder = actor ? parts.acting->actor_encoder() : parts.acting->critic_encoder();
+    if (const auto* scripted = encoder && !encoder->is_empty() ? encoder->ptr(0)->as<ScriptedEncoderImpl>() : nullptr)
+      return workspace ? 0 : scripted->features();
+    return workspace ? ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, input)
+                     : ImageEncoderFloats(parts.options.encoder, parts.options.layout, input);
+  };
   memory_inputs.activation_floats_per_row =
-      ActivationFloatsPerRow(parts.hidden, spec.action.head_size(),
-                             ImageEncoderFloats(parts.options.encoder, parts.options.layout, spec.observation) +
-                                 ImageEncoderFloats(parts.options.encoder, parts.options.layout,
-                                                    use_state ? *parts.options.global_state : spec.observation),
+      ActivationFloatsPerRow(parts.hidden, spec.action.head_size(), encoder_floats(true, false) + encoder_floats(false, false),
                              parts.options.layout.layer_norm);
-  {
-    const Space& critic_input = use_state ? *parts.options.global_state : spec.observation;
-    memory_inputs.minibatch_floats_per_row =
-        spec.observation.numel() + (use_state ? critic_input.numel() : 0) +
-        ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, spec.observation) +
-        ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, critic_input);
-  }
+  memory_inputs.minibatch_floats_per_row = spec.observation.numel() + (use_state ? critic_input.numel() : 0) +
+                                           encoder_floats(true, true) + encoder_floats(false, true);
   if (parts.options.core != CoreKind::kNone) {
     memory_inputs.activation_floats_per_row +=
         CoreActivationFloats(parts.options.core == CoreKind::kLstm ? 4 : 3, parts.options.core_size,
@@ -117,6 +120,12 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                                     spec.num_agents, parts.acting, std::move(parts.graphed), recording);
   acting->WarmUp();
   if (parts.resumed) ApplyResume(*parts.resumed, *parts.trainer);
+  // The encoder scripts beside the spec that names them (policy_spec.h), for farm-eval, farm-export and serving.
+  for (const auto& [path, name] : {std::pair<std::string, const char*>{parts.options.actor_encoder_script,
+                                                                       kActorEncoderScriptFile},
+                                   {parts.options.critic_encoder_script, kCriticEncoderScriptFile}})
+    if (!path.empty())
+      if (auto s = CopyEncoderScript(path, run_dir->file(name)); !s.ok()) spdlog::error("{}", s.message());
   if (auto s = WriteFileAtomic(run_dir->file("policy_spec.json"),
                                PolicySpecJson(spec.observation, spec.action, parts.hidden, parts.options));
       !s.ok())

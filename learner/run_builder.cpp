@@ -27,6 +27,8 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   for (const ConvLayerConfig& c : config.ppo.conv)
     out->options.layout.conv.push_back({c.channels, c.kernel, c.stride, c.padding});
   out->options.layout.impala_channels.assign(config.ppo.impala_channels.begin(), config.ppo.impala_channels.end());
+  out->options.actor_encoder_script = config.ppo.actor_encoder_script;
+  out->options.critic_encoder_script = config.ppo.critic_encoder_script;
   out->options.global_state = hs.global_state;
   out->options.log_std_init = config.ppo.log_std_init;
   out->options.sde = config.ppo.sde;
@@ -94,6 +96,12 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
       *fatal = true;
       return Status::InvalidArgument(
           "learner.cuda_graphs cannot act with state-dependent exploration (the policy has sde); set "
+          "learner.cuda_graphs=false");
+    }
+    if (!out->options.actor_encoder_script.empty()) {  // ValidateConfig's check, for an init_from policy
+      *fatal = true;
+      return Status::InvalidArgument(
+          "learner.cuda_graphs does not capture a TorchScript encoder (the policy's actor has one); set "
           "learner.cuda_graphs=false");
     }
     const std::vector<int64_t> state_shape =

@@ -3,6 +3,7 @@
 #include "learner/model/export.h"
 
 #include "common/files.h"
+#include "learner/model/scripted_encoder.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -64,6 +65,12 @@ class ScriptWriter {
         const std::string inner = last_;
         if (auto s = Conv(*block->conv1, name + "_c1", "torch.relu(" + inner + ")"); !s.ok()) return s;
         src_ << "    x = x + " << last_ << "\n";
+      } else if (auto* scripted = m->as<ScriptedEncoderImpl>()) {
+        // The user's TorchScript encoder, a CPU float32 copy as a submodule: its own code, not rewritten.
+        torch::jit::Module copy = scripted->script().deepcopy();
+        copy.to(torch::kCPU, torch::kFloat32);
+        src_ << fmt::format("    x = self.{}(x)\n", name);
+        submodules_.emplace_back(name, std::move(copy));
       } else if (auto* norm = m->as<torch::nn::LayerNormImpl>()) {
         src_ << fmt::format("    x = torch.layer_norm(x, [{}], self.{}_w, self.{}_b, {:.9g})\n",
                             fmt::join(norm->options.normalized_shape(), ", "), name, name, norm->options.eps());
@@ -88,6 +95,7 @@ class ScriptWriter {
   }
 
   const std::vector<std::pair<std::string, torch::Tensor>>& parameters() const { return parameters_; }
+  const std::vector<std::pair<std::string, torch::jit::Module>>& submodules() const { return submodules_; }
 
  private:
   void Add(const std::string& name, const torch::Tensor& t) { parameters_.emplace_back(name, HostCopy(t)); }
@@ -107,6 +115,7 @@ class ScriptWriter {
 
   std::ostringstream& src_;
   std::vector<std::pair<std::string, torch::Tensor>> parameters_;
+  std::vector<std::pair<std::string, torch::jit::Module>> submodules_;
   std::string last_;
 };
 
@@ -138,7 +147,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
     return Status::InvalidArgument(fmt::format("ExportTorchScript: the actor's last layer is not a Linear to the {} "
                                                "values the action space needs",
                                                head_dim));
-  const bool image = IsImageEncoder(policy.encoder());
+  const bool image = IsImageEncoder(policy.encoder()) && policy.options().actor_encoder_script.empty();
   if (image && obs.shape.size() != 3)
     return Status::InvalidArgument(fmt::format("ExportTorchScript: the {} encoder needs a [C, H, W] observation, got {}",
                                                EncoderName(policy.encoder()), obs.ToString()));
@@ -155,7 +164,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
         "    obs = torch.clamp((obs.reshape([obs.size(0), {0}]).float() - self.obs_mean) / self.obs_std, -{1:.9g}, "
         "{1:.9g})\n",
                        obs_dim, static_cast<double>(normalize->clip));
-  if (image) {
+  if (image || !policy.options().actor_encoder_script.empty()) {  // [B, C, H, W], or the script's [B, shape...]
     src << fmt::format("    x = obs.reshape([obs.size(0), {}]).float()\n", fmt::join(obs.shape, ", "));
   } else {
     src << "    x = obs.reshape([obs.size(0), " << obs_dim << "]).float()\n";
@@ -214,6 +223,7 @@ Status ExportTorchScript(ActorCriticImpl& policy, const std::string& path, const
   try {
     torch::jit::Module module("FarmPolicy");
     for (const auto& [name, tensor] : writer.parameters()) module.register_parameter(name, tensor, /*is_buffer=*/false);
+    for (const auto& [name, submodule] : writer.submodules()) module.register_module(name, submodule);
     if (core) {
       module.register_parameter("core_wih", core_params["weight_ih"], /*is_buffer=*/false);
       module.register_parameter("core_whh", core_params["weight_hh"], /*is_buffer=*/false);

@@ -20,7 +20,8 @@ namespace farm {
 // The module's forward applies the actor's own layers, in order, written out in
 // TorchScript: the encoder's (an image encoder, learner/model/encoder.h: conv,
 // max-pool, IMPALA residual blocks, flatten; and with a core the trunk) as
-// parameters enc<i>_w, enc<i>_b, then the actor's trunk and head as
+// parameters enc<i>_w, enc<i>_b; a TorchScript encoder (ppo.actor_encoder_script) is a submodule enc<i> (a CPU
+// float32 copy of the trained script, called on obs [B, shape...]); then the actor's trunk and head as
 // actor<i>_w, actor<i>_b (Linear, LayerNorm), with the policy's activations
 // between them and none after the head (all copied to the CPU as float32).
 // The critic (and with it any global state) is not exported: the module acts

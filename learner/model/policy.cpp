@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "learner/model/scripted_encoder.h"
+
 namespace farm {
 namespace {
 
@@ -35,9 +37,15 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int6
   return mlp;
 }
 
-// Inputs may arrive as uint8/int/double; the networks want float32 [B, numel] (mlp) or [B, C, H, W] (cnn).
-// Both reshape and to() are no-ops (views / same tensor) in the common case.
-torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder) {
+// Inputs may arrive as uint8/int/double; the networks want float32 [B, numel] (mlp), [B, C, H, W] (an image
+// encoder) or [B, shape...] (a scripted encoder). Both reshape and to() are no-ops (views / same tensor) in the
+// common case.
+torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder, bool scripted) {
+  if (scripted) {
+    std::vector<int64_t> shape{x.size(0)};
+    shape.insert(shape.end(), space.shape.begin(), space.shape.end());
+    return x.reshape(shape).to(torch::kFloat32);
+  }
   if (IsImageEncoder(encoder))
     return x.reshape({x.size(0), space.shape[0], space.shape[1], space.shape[2]}).to(torch::kFloat32);
   return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
@@ -81,51 +89,60 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
   const Space& critic_input = options_.global_state ? *options_.global_state : observation_;
 
   const EncoderLayout& layout = options_.layout;
-  const bool image = IsImageEncoder(options_.encoder);
-  // An image encoder ends in a Linear to hidden_sizes[0]; the trunk takes the rest of the widths.
-  if (image && (hidden_sizes.empty() || hidden_sizes.front() <= 0))
-    throw std::invalid_argument(std::string("ActorCritic: the ") + EncoderName(options_.encoder) +
-                                " encoder needs hidden_sizes with a positive first width");
-  const std::vector<int> rest = image ? std::vector<int>(hidden_sizes.begin() + 1, hidden_sizes.end()) : hidden_sizes;
   const char* critic_what = options_.global_state ? "global state" : "observation";
-  const auto image_encoder = [&](const Space& input, const char* what) {
-    return ImageEncoder(options_.encoder, layout, input, hidden_sizes.front(), what);
+  // Each network's encoder: a script (ppo.*_encoder_script) with every hidden size in the trunk after it; an image
+  // encoder ending in a Linear to hidden_sizes[0], the trunk taking the rest; or none (mlp: the trunk takes the
+  // flattened input). With a core the trunk belongs to the encoder (the core and the head follow); without one to
+  // the head's Sequential.
+  struct Network {
+    torch::nn::Sequential encoder;  // empty: none
+    int64_t width = 0;              // what the encoder hands on
+    std::vector<int> trunk;         // the trunk's widths after it
   };
+  const auto network = [&](const Space& input, const std::string& script, const char* what, const char* key) {
+    Network n;
+    if (!script.empty()) {
+      ScriptedEncoder scripted(script, input, key);
+      n.width = scripted->features();
+      n.encoder->push_back(scripted);
+      n.trunk = hidden_sizes;
+    } else if (IsImageEncoder(options_.encoder)) {
+      if (hidden_sizes.empty() || hidden_sizes.front() <= 0)
+        throw std::invalid_argument(std::string("ActorCritic: the ") + EncoderName(options_.encoder) +
+                                    " encoder needs hidden_sizes with a positive first width");
+      n.encoder = ImageEncoder(options_.encoder, layout, input, hidden_sizes.front(), what);
+      n.width = hidden_sizes.front();
+      n.trunk.assign(hidden_sizes.begin() + 1, hidden_sizes.end());
+    } else {
+      n.width = input.numel();
+      n.trunk = hidden_sizes;
+    }
+    return n;
+  };
+  Network actor = network(observation_, options_.actor_encoder_script, "observation", "ppo.actor_encoder_script");
+  Network critic = network(critic_input, options_.critic_encoder_script, critic_what, "ppo.critic_encoder_script");
   if (options_.core != CoreKind::kNone) {
     if (options_.core_size <= 0)
       throw std::invalid_argument("ActorCritic: core_size must be positive, got " + std::to_string(options_.core_size));
-    // encoder (mlp hidden layers, or the image encoder then hidden_sizes[1..]) -> core -> head, for each network
-    // with a core.
-    auto encoder = [&](const Space& input, const char* what, int64_t* width) {
-      torch::nn::Sequential seq = image ? image_encoder(input, what) : torch::nn::Sequential();
-      *width = AppendTrunk(seq, image ? hidden_sizes.front() : input.numel(), rest, layout);
-      return seq;
-    };
-    int64_t width = 0;
-    torch::nn::Sequential actor_in = encoder(observation_, "observation", &width);
-    if (!actor_in->is_empty()) actor_encoder_ = register_module("actor_encoder", actor_in);
-    actor_core_ = register_module("actor_core", RecurrentCore(options_.core, width, options_.core_size));
+    // encoder -> trunk -> core -> head, for each network with a core.
+    const int64_t actor_width = AppendTrunk(actor.encoder, actor.width, actor.trunk, layout);
+    if (!actor.encoder->is_empty()) actor_encoder_ = register_module("actor_encoder", actor.encoder);
+    actor_core_ = register_module("actor_core", RecurrentCore(options_.core, actor_width, options_.core_size));
     actor_ = register_module("actor", Mlp(options_.core_size, {}, head_dim, kPolicyHeadGain, layout));
     if (options_.critic_core) {
-      torch::nn::Sequential critic_in = encoder(critic_input, critic_what, &width);
-      if (!critic_in->is_empty()) critic_encoder_ = register_module("critic_encoder", critic_in);
-      critic_core_ = register_module("critic_core", RecurrentCore(options_.core, width, options_.core_size));
+      const int64_t critic_width = AppendTrunk(critic.encoder, critic.width, critic.trunk, layout);
+      if (!critic.encoder->is_empty()) critic_encoder_ = register_module("critic_encoder", critic.encoder);
+      critic_core_ = register_module("critic_core", RecurrentCore(options_.core, critic_width, options_.core_size));
       critic_ = register_module("critic", Mlp(options_.core_size, {}, 1, kValueHeadGain, layout));
-    } else if (image) {
-      critic_encoder_ = register_module("critic_encoder", image_encoder(critic_input, critic_what));
-      critic_ = register_module("critic", Mlp(hidden_sizes.front(), rest, 1, kValueHeadGain, layout));
     } else {
-      critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain, layout));
+      if (!critic.encoder->is_empty()) critic_encoder_ = register_module("critic_encoder", critic.encoder);
+      critic_ = register_module("critic", Mlp(critic.width, critic.trunk, 1, kValueHeadGain, layout));
     }
-  } else if (!image) {
-    actor_ = register_module("actor", Mlp(obs_dim, hidden_sizes, head_dim, kPolicyHeadGain, layout));
-    critic_ = register_module("critic", Mlp(critic_input.numel(), hidden_sizes, 1, kValueHeadGain, layout));
   } else {
-    const int64_t features = hidden_sizes.front();
-    actor_encoder_ = register_module("actor_encoder", image_encoder(observation_, "observation"));
-    critic_encoder_ = register_module("critic_encoder", image_encoder(critic_input, critic_what));
-    actor_ = register_module("actor", Mlp(features, rest, head_dim, kPolicyHeadGain, layout));
-    critic_ = register_module("critic", Mlp(features, rest, 1, kValueHeadGain, layout));
+    if (!actor.encoder->is_empty()) actor_encoder_ = register_module("actor_encoder", actor.encoder);
+    if (!critic.encoder->is_empty()) critic_encoder_ = register_module("critic_encoder", critic.encoder);
+    actor_ = register_module("actor", Mlp(actor.width, actor.trunk, head_dim, kPolicyHeadGain, layout));
+    critic_ = register_module("critic", Mlp(critic.width, critic.trunk, 1, kValueHeadGain, layout));
   }
   if (options_.sde && !action_.is_box())
     throw std::invalid_argument("ActorCritic: state-dependent exploration (sde) needs a box action space, got " +
@@ -158,7 +175,7 @@ torch::Tensor ActorCriticImpl::SdeVariance(const torch::Tensor& latent) {
 }
 
 torch::Tensor ActorCriticImpl::ActorFeatures(const torch::Tensor& obs) {
-  torch::Tensor x = Shaped(obs, observation_, options_.encoder);
+  torch::Tensor x = Shaped(obs, observation_, options_.encoder, !options_.actor_encoder_script.empty());
   if (actor_encoder_) x = actor_encoder_->forward(x);
   return x;
 }
@@ -180,11 +197,11 @@ torch::Tensor ActorCriticImpl::CriticFeatures(const torch::Tensor& obs, const to
       throw std::invalid_argument(std::string("ActorCritic::") + caller + ": " + std::to_string(state.size(0)) +
                                   " global states for " + std::to_string(rows) +
                                   " observations (expected one per row, or one per k consecutive rows)");
-    x = Shaped(state, *options_.global_state, options_.encoder);
+    x = Shaped(state, *options_.global_state, options_.encoder, !options_.critic_encoder_script.empty());
     // One state for k consecutive rows (the agents of one env): the critic runs once, its value is theirs.
     *k = rows / state.size(0);
   } else {
-    x = Shaped(obs, observation_, options_.encoder);
+    x = Shaped(obs, observation_, options_.encoder, !options_.critic_encoder_script.empty());
   }
   return critic_encoder_ ? critic_encoder_->forward(x) : x;
 }

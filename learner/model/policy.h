@@ -51,6 +51,13 @@ struct PolicyOptions {
   // The encoder's and trunk's layout besides the kind (learner/model/encoder.h: ppo.conv, ppo.impala_channels,
   // ppo.activation, ppo.layer_norm). Part of the architecture (policy_spec.json).
   EncoderLayout layout;
+  // Encoders written in PyTorch (ppo.actor_encoder_script / ppo.critic_encoder_script; scripted_encoder.h): the
+  // path of a TorchScript module that maps the actor's observation (the critic's input) [B, shape...] to features
+  // [B, F]. Set: it replaces that network's built-in encoder (`encoder` then applies to the other network only),
+  // and the trunk of every hidden size follows it. Part of the architecture (policy_spec.json names the run
+  // directory's copy).
+  std::string actor_encoder_script;
+  std::string critic_encoder_script;
 };
 
 struct ActOutput {
@@ -122,8 +129,11 @@ class ActorCriticImpl : public torch::nn::Module {
   Encoder encoder() const { return options_.encoder; }
   bool has_global_state() const { return options_.global_state.has_value(); }
   // The networks in order, for export (export.cpp walks their modules): the actor's encoder (undefined for a
-  // feed-forward mlp policy), and the actor (its trunk and head; the head alone with a core).
+  // feed-forward mlp policy; a ScriptedEncoder first with ppo.actor_encoder_script), and the actor (its trunk and
+  // head; the head alone with a core).
   torch::nn::Sequential actor_encoder() const { return actor_encoder_; }
+  // The critic's encoder (undefined for a feed-forward mlp critic).
+  torch::nn::Sequential critic_encoder() const { return critic_encoder_; }
   torch::nn::Sequential actor() const { return actor_; }
   // The width of z (the actor head's input) with sde; 0 without.
   int64_t sde_latent_size() const { return sde_latent_; }

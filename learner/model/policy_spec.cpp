@@ -10,6 +10,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "learner/model/scripted_encoder.h"
+
 namespace farm {
 
 namespace {
@@ -224,6 +226,9 @@ std::string PolicySpecJson(const Space& obs, const Space& action, const std::vec
   if (options.encoder == Encoder::kImpala) j["impala_channels"] = layout.impala_channels;
   if (layout.activation != Activation::kTanh) j["activation"] = ActivationName(layout.activation);
   if (layout.layer_norm) j["layer_norm"] = true;
+  // Encoders written in PyTorch: the run directory's copy (the learner puts it there; scripted_encoder.h).
+  if (!options.actor_encoder_script.empty()) j["actor_encoder_script"] = kActorEncoderScriptFile;
+  if (!options.critic_encoder_script.empty()) j["critic_encoder_script"] = kCriticEncoderScriptFile;
   if (options.core != CoreKind::kNone) {  // the same
     j["core"] = CoreName(options.core);
     j["core_size"] = options.core_size;
@@ -248,7 +253,7 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
     static const std::vector<std::string> kKeys{"observation", "action",    "hidden_sizes",    "encoder",
                                                 "global_state", "sde",       "core",            "core_size",
                                                 "critic_core",  "conv",      "impala_channels", "activation",
-                                                "layer_norm"};
+                                                "layer_norm",   "actor_encoder_script", "critic_encoder_script"};
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
       return Status::InvalidArgument(
           fmt::format("{}: unknown key '{}' (expected {})", source, key, fmt::join(kKeys, ", ")));
@@ -297,6 +302,14 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
       return Status::InvalidArgument(
           fmt::format("{}: sde: state-dependent exploration needs a box action, got {}", source, action->ToString()));
   }
+  for (const auto& [key, out] : {std::pair<const char*, std::string*>{"actor_encoder_script", &parsed.actor_encoder_script},
+                                  {"critic_encoder_script", &parsed.critic_encoder_script}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string() || j[key].get<std::string>().empty())
+      return Status::InvalidArgument(fmt::format(
+          "{}: {}: expected the file name of a TorchScript encoder beside the spec, got {}", source, key, j[key].dump()));
+    *out = j[key].get<std::string>();
+  }
   if (j.contains("core")) {
     if (!j["core"].is_string())
       return Status::InvalidArgument(
@@ -320,13 +333,15 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   if (options) {
     *options = std::move(parsed);
   } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde || parsed.core != CoreKind::kNone ||
-             parsed.layout.activation != Activation::kTanh || parsed.layout.layer_norm) {
+             parsed.layout.activation != Activation::kTanh || parsed.layout.layer_norm ||
+             !parsed.actor_encoder_script.empty() || !parsed.critic_encoder_script.empty()) {
     return Status::InvalidArgument(fmt::format(
-        "{}: the policy has encoder {} and {}{}, a {} trunk{}; this caller can only rebuild a tanh mlp policy "
+        "{}: the policy has encoder {} and {}{}, a {} trunk{}{}; this caller can only rebuild a tanh mlp policy "
         "without a global state or sde",
         source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state",
         parsed.sde ? ", with sde" : "", ActivationName(parsed.layout.activation),
-        parsed.layout.layer_norm ? " with layer norm" : ""));
+        parsed.layout.layer_norm ? " with layer norm" : "",
+        parsed.actor_encoder_script.empty() && parsed.critic_encoder_script.empty() ? "" : ", a TorchScript encoder"));
   }
   return Status::Ok();
 }

@@ -21,7 +21,9 @@ namespace farm {
 //    "core": "gru"|"lstm", "core_size": N, "critic_core": true|false (the three only with a core),
 //    "conv": [{"channels", "kernel", "stride", "padding"}, ...] (encoder conv only),
 //    "impala_channels": [16, 32, 32] (encoder impala only), "activation": "relu"|"elu"|"silu" (absent: tanh),
-//    "layer_norm": true (absent: false)}
+//    "layer_norm": true (absent: false),
+//    "actor_encoder_script": "actor_encoder.pt", "critic_encoder_script": "critic_encoder.pt" (a TorchScript
+//    encoder's file, relative to the spec's directory: ppo.*_encoder_script; absent: the built-in encoder)}
 //   SPACE = {"kind": "discrete"|"multi_discrete"|"box", "shape": [..], "n": N,
 //            "nvec": [..] (multi_discrete only), "low": [..], "high": [..]}
 // A box's low/high hold numel() numbers each (n is 0); a discrete space has

@@ -492,6 +492,8 @@ Status LoadPolicy(const std::string& run_dir, ActorCritic* policy, FarmConfig* c
   std::vector<int> hidden;
   PolicyOptions options;
   if (auto s = ParsePolicySpecJson(spec_text, spec_path, &obs, &action, &hidden, &options); !s.ok()) return s;
+  for (std::string* script : {&options.actor_encoder_script, &options.critic_encoder_script})
+    if (!script->empty() && std::filesystem::path(*script).is_relative()) *script = run_dir + "/" + *script;
 
   const std::string latest_path = run_dir + "/checkpoints/latest";
   std::string latest;

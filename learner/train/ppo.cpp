@@ -2,6 +2,8 @@
 // entropy bonus, global grad-norm clip, linear LR annealing, optional target-KL early stop.
 #include "learner/train/ppo.h"
 
+#include <spdlog/spdlog.h>
+
 #include "learner/model/cuda_graph.h"
 #include "learner/train/ppo_chunks.h"
 #include "learner/train/ppo_fused.h"
@@ -233,6 +235,11 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
                                   CoreName(policy_->options().core) + ")");
     if (s.ok() && config_.advantage == "vtrace")
       s = Status::InvalidArgument("the graphed step has no V-trace (ppo.advantage is vtrace)");
+    if (s.ok() && (!policy_->options().actor_encoder_script.empty() || !policy_->options().critic_encoder_script.empty()))
+      s = Status::InvalidArgument("the graphed step does not capture a TorchScript encoder (ppo.actor_encoder_script "
+                                  "or ppo.critic_encoder_script is set)");
+    if (graph == "auto" && device_.is_cuda() && !s.ok())
+      spdlog::info("ppo.graph_update=auto: the LibTorch update, since {}", s.message());
     if (graph == "on" && !s.ok())
       throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but " + s.message() +
                                   " (set ppo.graph_update to auto or off)");

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Encoders written in PyTorch for the farm (ppo.actor_encoder_script / ppo.critic_encoder_script).
+
+An encoder is any torch.nn.Module whose forward takes a float32 batch [B, *shape] (the actor's observation, or
+the critic's input: the env's global state when it has one) and returns features [B, F]. Script it with
+torch.jit.script and save it; the learner loads the file, puts the farm's trunk (ppo.hidden_sizes, ppo.activation),
+recurrent core (ppo.core) and heads after it, and trains all of it with PPO. The script's parameters are
+checkpointed, resumed, exported (farm-export) and served with the rest; the learner keeps a copy of the file in
+the run directory. Initialise your layers in __init__ as you like: the farm initialises only its own.
+
+Usage (Debian's python3-torch; its TorchScript files load in the farm's LibTorch):
+  python3 examples/models/encoders.py cnn --shape 5 7 7 --features 128 --out actor_encoder.pt
+  python3 examples/models/encoders.py cnn --shape 3 32 32 --features 128 --out critic_encoder.pt
+  python3 examples/models/encoders.py mlp --shape 4 --features 64 --out cartpole_encoder.pt
+then `--set ppo.actor_encoder_script=actor_encoder.pt --set ppo.critic_encoder_script=critic_encoder.pt`;
+examples/models/uav_scripted.yaml trains uav_coverage through two cnn scripts (its header says how to make them).
+"""
+import argparse
+
+import torch
+from torch import nn
+
+
+class FarmCnn(nn.Module):
+    """The farm's built-in cnn encoder (ppo.encoder: cnn) written in PyTorch: conv 3x3 C->32 (padding 1), ReLU,
+    conv 3x3 stride 2 32->64 (padding 1), ReLU, flatten, Linear -> features, ReLU.
+
+    With ppo.hidden_sizes [H] and ppo.activation as the built-in run's, a run with this script is the built-in
+    cnn run with ppo.hidden_sizes [features, H] (the built-in cnn ends in its Linear to hidden_sizes[0]; a script
+    is followed by every hidden size)."""
+
+    def __init__(self, shape, features):
+        super().__init__()
+        channels, height, width = shape
+        self.conv = nn.Sequential(
+            nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten())
+        out_h, out_w = (height + 1) // 2, (width + 1) // 2
+        self.linear = nn.Linear(64 * out_h * out_w, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(self.conv(x)))
+
+
+class Mlp(nn.Module):
+    """A Linear to `features` and tanh on the flattened input (vector observations: CartPole's [4])."""
+
+    def __init__(self, shape, features):
+        super().__init__()
+        numel = 1
+        for d in shape:
+            numel *= d
+        self.linear = nn.Linear(numel, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(x.flatten(1)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["cnn", "mlp"])
+    parser.add_argument("--shape", type=int, nargs="+", required=True, help="the input's shape, without the batch")
+    parser.add_argument("--features", type=int, required=True, help="F, the width of the features")
+    parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed for the initial weights")
+    parser.add_argument("--out", required=True, help="the TorchScript file to write")
+    args = parser.parse_args()
+    if args.kind == "cnn" and len(args.shape) != 3:
+        parser.error(f"cnn takes a [C, H, W] input, got --shape {args.shape}")
+    torch.manual_seed(args.seed)
+    module = (FarmCnn if args.kind == "cnn" else Mlp)(args.shape, args.features)
+    scripted = torch.jit.script(module)
+    with torch.no_grad():  # the shapes the farm will check at start
+        out = scripted(torch.zeros(2, *args.shape))
+    assert out.shape == (2, args.features), out.shape
+    scripted.save(args.out)
+    params = sum(p.numel() for p in module.parameters())
+    print(f"{args.out}: {args.kind} [B, {', '.join(map(str, args.shape))}] -> [B, {args.features}], {params} parameters")
+
+
+if __name__ == "__main__":
+    main()
