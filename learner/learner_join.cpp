@@ -146,11 +146,18 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   update.path = trainer->update_path();
   registry.SetRun(spec);
   stats.set_num_agents(spec.num_agents);
-  spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (encoder {}, "
-               "critic on {})",
+  // The encoders as they are: a TorchScript one named by its file and its features.
+  const auto encoder_text = [&](const torch::nn::Sequential& encoder) -> std::string {
+    if (const auto* scripted = encoder && !encoder->is_empty() ? encoder->ptr(0)->as<ScriptedEncoderImpl>() : nullptr)
+      return fmt::format("TorchScript {} ({} features)", scripted->path(), scripted->features());
+    return EncoderName(parts.options.encoder);
+  };
+  spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (actor "
+               "encoder {}, critic encoder {} on {})",
                spec.env_name, spec.observation.ToString(), spec.action.ToString(), spec.num_agents,
                spec.global_state ? spec.global_state->ToString() : std::string("none"), device.str(),
-               EncoderName(parts.options.encoder), use_state ? "the global state" : "the observation");
+               encoder_text(parts.acting->actor_encoder()), encoder_text(parts.acting->critic_encoder()),
+               use_state ? "the global state" : "the observation");
   return true;
 }
 

@@ -161,7 +161,7 @@ TEST_CASE("a script whose file, input or output does not fit is refused, naming 
                     Catch::Contains("ppo.critic_encoder_script") && Catch::Contains("[B, 3, 4, 4]"));
 }
 
-TEST_CASE("PPO trains a script's parameters (fp32 and bf16); CopyFrom and checkpoints carry them", "[scripted]") {
+TEST_CASE("PPO trains a script's parameters (fp32 and bf16), and CopyFrom and checkpoints carry them", "[scripted]") {
   testing::TempDir dir("farm-scripted-test");
   const Space image = Space::Box({2, 5, 5}, {0.f}, {1.f});
   PolicyOptions o;
@@ -205,13 +205,14 @@ TEST_CASE("PPO trains a script's parameters (fp32 and bf16); CopyFrom and checkp
     REQUIRE(SaveCheckpoint(dir.path + "/ckpt", policy, optimizer, counters, &written).ok());
     ActorCritic restored(image, Space::Discrete(3), std::vector<int>{16}, o);
     CHECK_FALSE(torch::equal(Flat(restored), Flat(policy)));
-    REQUIRE(LoadCheckpoint(written, restored, nullptr, nullptr).ok());
+    TrainingCounters loaded;
+    REQUIRE(LoadCheckpoint(written, restored, nullptr, &loaded).ok());
     CHECK(torch::equal(Flat(restored), Flat(policy)));
     CHECK(torch::equal(restored->Act(x, true).action, policy->Act(x, true).action));
   }
 }
 
-TEST_CASE("policy_spec.json names the run's copies of the scripts; LoadPolicy and export rebuild the policy",
+TEST_CASE("policy_spec.json names the run's copies of the scripts, from which LoadPolicy and export rebuild the policy",
           "[scripted]") {
   testing::TempDir dir("farm-scripted-test");
   const std::string run = dir.path + "/run";
@@ -288,7 +289,7 @@ TEST_CASE("policy_spec.json names the run's copies of the scripts; LoadPolicy an
   }
 }
 
-TEST_CASE("the fused and graphed updates and CUDA-graph acting refuse a script by name; the config takes the keys",
+TEST_CASE("the fused and graphed updates and CUDA-graph acting refuse a script by name, and the config takes the keys",
           "[scripted]") {
   testing::TempDir dir("farm-scripted-test");
   const Space obs = Space::Box({4}, {-1.f}, {1.f});
@@ -309,6 +310,7 @@ TEST_CASE("the fused and graphed updates and CUDA-graph acting refuse a script b
   CHECK(ValidateConfig(c).ok());  // the files are the learner's to check (workers elsewhere have none)
   FarmConfig fused = c;
   fused.ppo.fused_update = "on";
+  fused.learner.device = "cpu";
   CHECK_THAT(ValidateConfig(fused).message(), Catch::Contains("ppo.fused_update=on cannot run a TorchScript encoder"));
   FarmConfig graphs = c;
   graphs.learner.cuda_graphs = true;

@@ -69,7 +69,7 @@ class ScriptWriter {
         // The user's TorchScript encoder, a CPU float32 copy as a submodule: its own code, not rewritten.
         torch::jit::Module copy = scripted->script().deepcopy();
         copy.to(torch::kCPU, torch::kFloat32);
-        src_ << fmt::format("    x = self.{}(x)\n", name);
+        src_ << fmt::format("    x = self.{}.forward(x)\n", name);
         submodules_.emplace_back(name, std::move(copy));
       } else if (auto* norm = m->as<torch::nn::LayerNormImpl>()) {
         src_ << fmt::format("    x = torch.layer_norm(x, [{}], self.{}_w, self.{}_b, {:.9g})\n",

@@ -25,6 +25,13 @@ std::string Registered(std::string name, std::set<std::string>* taken) {
   return unique;
 }
 
+// LibTorch's message without its C++ backtrace (c10::Error), or the interpreter's (torch::jit::JITException, a
+// std::runtime_error whose message holds the script's traceback).
+std::string Reason(const std::exception& e) {
+  const auto* error = dynamic_cast<const c10::Error*>(&e);
+  return error ? error->what_without_backtrace() : e.what();
+}
+
 }  // namespace
 
 Status CheckEncoderScript(const std::string& path, const std::string& key) {
@@ -36,9 +43,8 @@ Status CheckEncoderScript(const std::string& path, const std::string& key) {
         key, path));
   try {
     (void)torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
-    return Status::InvalidArgument(fmt::format("{}: cannot load the TorchScript module {}: {}", key, path,
-                                               e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: cannot load the TorchScript module {}: {}", key, path, Reason(e)));
   }
   return Status::Ok();
 }
@@ -58,9 +64,8 @@ ScriptedEncoderImpl::ScriptedEncoderImpl(const std::string& path, const Space& i
     : path_(path) {
   try {
     script_ = torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
-    throw std::invalid_argument(fmt::format("{}: cannot load the TorchScript module {}: {}", key, path,
-                                            e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(fmt::format("{}: cannot load the TorchScript module {}: {}", key, path, Reason(e)));
   }
   std::set<std::string> taken;
   for (const auto& p : script_.named_parameters(/*recurse=*/true))
@@ -69,21 +74,20 @@ ScriptedEncoderImpl::ScriptedEncoderImpl(const std::string& path, const Space& i
 
   std::vector<int64_t> shape{2};
   shape.insert(shape.end(), input.shape.begin(), input.shape.end());
-  torch::Tensor out;
+  c10::IValue result;
   try {
     torch::NoGradGuard no_grad;
     script_.eval();
-    const c10::IValue result = script_.forward({torch::zeros(shape)});
-    if (!result.isTensor())
-      throw std::invalid_argument(fmt::format("{}: {} returns {}, not a tensor of features", key, path,
-                                              result.tagKind()));
-    out = result.toTensor();
+    result = script_.forward({torch::zeros(shape)});
     script_.train();
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("{}: {} cannot take inputs [B, {}] (the {} as the workers send it): {}",
-                                            key, path, fmt::join(input.shape, ", "), input.ToString(),
-                                            e.what_without_backtrace()));
+                                            key, path, fmt::join(input.shape, ", "), input.ToString(), Reason(e)));
   }
+  if (!result.isTensor())
+    throw std::invalid_argument(fmt::format("{}: {} returns {}, not a tensor of features", key, path,
+                                            result.tagKind()));
+  const torch::Tensor out = result.toTensor();
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) <= 0 || !out.is_floating_point())
     throw std::invalid_argument(fmt::format("{}: {} maps inputs [2, {}] to {} [{}]; expected floating-point features "
                                             "[2, F] with F > 0",
