@@ -26,6 +26,10 @@ Cases (--cases, comma-separated; default all):
               GRU of 64 against the same without a core, and the learner's
               served rows/s at batch 1,024 with a GRU against the MLP's; ratios
               from runs side by side
+  encoders    the cost of an encoder written in PyTorch (ppo.actor_encoder_script): CPU
+              training env steps/s on uav_coverage through examples/models/encoders.py's
+              FarmCnn scripts against the built-in cnn of the same layers; ratios from
+              runs side by side (needs python3-torch to make the scripts)
   learning    every built-in env's config over seeds 1-3 at the references' step
               budgets: final and best 100-episode mean, steps and seconds to the
               target, farm-eval's deterministic mean (scripts/bench_learning.py;
@@ -42,8 +46,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "recurrent", "learning"]
-SLOW_CASES = ("scale", "python", "learning")  # minutes each: run only when named
+CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "recurrent", "encoders",
+         "learning"]
+SLOW_CASES = ("scale", "python", "encoders", "learning")  # minutes each: run only when named
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 
 
@@ -166,6 +171,44 @@ class Bench:
                 "time_to_solve_incl_start_s": median([r["time_to_solve_incl_start_s"] for r in runs]),
                 "solved_runs": sum(1 for r in runs if r["solved_at_steps"] is not None),
                 "runs": runs}
+
+    def encoders(self, workers):
+        """A TorchScript encoder's cost against the built-in one of the same layers: uav_coverage with the farm's
+        cnn written in PyTorch (examples/models/encoders.py; features 128, then the trunk [128]) against
+        ppo.encoder cnn with hidden_sizes [128, 128], pairs run side by side (the order alternating by seed)."""
+        secs = 25 if self.quick else 60
+        torch_py = next((py for py in ("python3", "/usr/bin/python3")
+                         if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0), None)
+        if torch_py is None:
+            raise RuntimeError("the encoders case needs a python3 that imports torch (apt-get install python3-torch)")
+        uav = os.path.join(ROOT, "configs", "uav_coverage.yaml")
+        base = ["stop_at_target=false", "total_env_steps=1000000000000", f"max_wall_seconds={secs}",
+                "learner.checkpoint_every=0"]
+        pairs = []
+        with tempfile.TemporaryDirectory() as tmp:
+            scripts = {}
+            for name, shape in (("actor", ["5", "7", "7"]), ("critic", ["3", "32", "32"])):
+                scripts[name] = os.path.join(tmp, f"{name}.pt")
+                subprocess.run([torch_py, os.path.join(ROOT, "examples", "models", "encoders.py"), "cnn", "--shape",
+                                *shape, "--features", "128", "--out", scripts[name]], check=True, capture_output=True)
+            variants = {"builtin": ["ppo.encoder=cnn", "ppo.hidden_sizes=[128, 128]"],
+                        "scripted": [f"ppo.actor_encoder_script={scripts['actor']}",
+                                     f"ppo.critic_encoder_script={scripts['critic']}", "ppo.hidden_sizes=[128]"]}
+            for seed in range(1, self.repeats + 1):
+                row = {}
+                order = ("builtin", "scripted") if seed % 2 else ("scripted", "builtin")
+                for name in order:
+                    summary, _, _, _, _ = self.farm_run(uav, workers, base + [f"seed={seed}"] + variants[name])
+                    row[name] = {"sps": summary["sps"], "update_seconds": summary["time_seconds"]["update"],
+                                 "updates": summary["updates"], "wall_seconds": summary["wall_seconds"]}
+                row["ratio"] = row["scripted"]["sps"] / row["builtin"]["sps"]
+                pairs.append(row)
+                log(f"encoders seed {seed}: built-in cnn {row['builtin']['sps']:.0f}, scripted "
+                    f"{row['scripted']['sps']:.0f} env steps/s ({row['ratio']:.2f}x)")
+        return {"config": "configs/uav_coverage.yaml, cnn", "workers": workers, "seconds": secs,
+                "sps_builtin": median([r["builtin"]["sps"] for r in pairs]),
+                "sps_scripted": median([r["scripted"]["sps"] for r in pairs]),
+                "ratio": median([r["ratio"] for r in pairs]), "runs": pairs}
 
     def recurrent(self, workers):
         """A GRU's cost against the same settings without a core: training and serving, pairs run side by side."""
@@ -478,6 +521,9 @@ def main():
     if "recurrent" in cases:
         log("recurrent")
         result["recurrent"] = b.recurrent(workers)
+    if "encoders" in cases:
+        log("encoders")
+        result["encoders"] = b.encoders(workers)
     if "learning" in cases:
         log("learning")
         result["learning"] = b.learning(args.learning_envs, args.plot_dir)
@@ -505,6 +551,10 @@ def main():
               f"ratio {fmt(t['ratio'], '.2f')}")
         print(f"  recurrent         served rows/s @{v['batch']}, GRU    {fmt(v['rows_per_second_gru'])}   mlp "
               f"{fmt(v['rows_per_second_mlp'])}  ratio {fmt(v['ratio'], '.2f')}")
+    if "encoders" in result:
+        e = result["encoders"]
+        print(f"  encoders          training env steps/s, scripted cnn {fmt(e['sps_scripted'])}   built-in "
+              f"{fmt(e['sps_builtin'])}  ratio {fmt(e['ratio'], '.2f')}")
     if "training" in result:
         t = result["training"]
         print(f"  training          env steps/s                   {fmt(t['sps'])}   mean return "
