@@ -361,11 +361,6 @@ Status ValidateConfig(const FarmConfig& c) {
     return Status::InvalidArgument(
         "learner.cuda_graphs cannot act with ppo.sde (each env's noise matrix is held between its steps, outside "
         "the graphs); set learner.cuda_graphs=false, or ppo.sde=false");
-  if (c.ppo.advantage == "vtrace" && c.ppo.graph_update == "on")
-    return Status::InvalidArgument(
-        "ppo.graph_update=on cannot train with ppo.advantage=vtrace (the graphed step keeps one batch of advantages "
-        "for the whole update; V-trace recomputes them every epoch); use ppo.graph_update=auto or off, or "
-        "ppo.advantage=gae");
   if (c.ppo.core != "none") {
     if (c.ppo.bptt > c.ppo.rollout_length || c.ppo.rollout_length % c.ppo.bptt != 0)
       return Status::InvalidArgument(fmt::format(

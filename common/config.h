@@ -272,10 +272,9 @@ struct PpoConfig {
   bool critic_core = true;
   // Advantages and value targets (learner/train/vtrace.h): gae from the values at acting time (CleanRL's), or
   // vtrace, IMPALA's off-policy correction from the ratio of the policy being trained to the behaviour policy
-  // (the log-probs stored at acting), recomputed at the start of every epoch, under the PPO clipped loss as in
-  // Sample Factory's APPO; its lambda is gae_lambda. rho_bar clips the ratios of the TD terms and of the
-  // policy-gradient advantage, c_bar those of the traces. The graphed update has no V-trace (refused; auto
-  // falls back to the LibTorch update).
+  // (the log-probs stored at acting), computed once at the update's start, under the PPO clipped loss as in
+  // Sample Factory's APPO; its lambda is gae_lambda. rho_bar clips the ratios of the TD terms, c_bar those of
+  // the traces; the advantage of a step's own action takes no ratio (PPO's loss weights it already).
   std::string advantage = "gae";
   double vtrace_rho_bar = 1.0;
   double vtrace_c_bar = 1.0;

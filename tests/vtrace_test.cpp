@@ -1,6 +1,6 @@
 // V-trace (learner/train/vtrace.h): hand-worked targets and advantages, the IMPALA paper's sum written out
-// independently of the recursion, lambda-returns when the policies agree, and the PPO update's per-epoch
-// correction on the fused, LibTorch and recurrent paths.
+// independently of the recursion, lambda-returns and GAE's advantages when the policies agree, and the PPO
+// update's correction at its start on the fused, LibTorch, graphed and recurrent paths.
 #include "learner/train/vtrace.h"
 
 #include <torch/torch.h>
@@ -65,9 +65,10 @@ TEST_CASE("V-trace on a hand-worked trajectory", "[vtrace]") {
     CHECK(a.returns[2][0].item<float>() == Approx(2.36).epsilon(1e-5));
     CHECK(a.returns[1][0].item<float>() == Approx(1.562).epsilon(1e-5));
     CHECK(a.returns[0][0].item<float>() == Approx(2.4058).epsilon(1e-5));
-    // A_t = rho_t (r_t + gamma v_{t+1} - V(x_t)): 1 + 0.9 * 1.562 - 0.5; 0.5 * (0.9 * 2.36 - 1); 2.16.
+    // A_t = r_t + gamma V(x_{t+1}) - V(x_t) + gamma lambda (v_{t+1} - V(x_{t+1})), no ratio of a_t's own:
+    // 1.4 + 0.9 * (1.562 - 1) = 1.9058; (0.18 - 1) + 0.9 * (2.36 - 0.2) = 1.124; 2.16 + 0.9 * 0 = 2.16.
     CHECK(a.advantages[0][0].item<float>() == Approx(1.9058).epsilon(1e-5));
-    CHECK(a.advantages[1][0].item<float>() == Approx(0.562).epsilon(1e-5));
+    CHECK(a.advantages[1][0].item<float>() == Approx(1.124).epsilon(1e-5));
     CHECK(a.advantages[2][0].item<float>() == Approx(2.16).epsilon(1e-5));
     CHECK(stats.ratio_mean == Approx(3.5 / 3).epsilon(1e-6));
     CHECK(stats.rho_clipped == Approx(1.0 / 3));
@@ -80,7 +81,8 @@ TEST_CASE("V-trace on a hand-worked trajectory", "[vtrace]") {
     CHECK(a.returns[2][0].item<float>() == Approx(2.36).epsilon(1e-5));
     CHECK(a.returns[1][0].item<float>() == Approx(0.5).epsilon(1e-5));
     CHECK(a.returns[0][0].item<float>() == Approx(1.45).epsilon(1e-5));
-    CHECK(a.advantages[1][0].item<float>() == Approx(-0.5).epsilon(1e-5));
+    // A_1 = 0 - 1 (its episode ended: nothing after it); A_0 = 1.4 + 0.9 * (0.5 - 1) = 0.95.
+    CHECK(a.advantages[1][0].item<float>() == Approx(-1.0).epsilon(1e-5));
     CHECK(a.advantages[0][0].item<float>() == Approx(0.95).epsilon(1e-5));
   }
 }
@@ -112,11 +114,12 @@ TEST_CASE("V-trace's recursion equals the paper's sum, with lambda, both bars an
     for (int64_t t = 0; t < T; ++t) {
       INFO("row " << n << " step " << t);
       CHECK(a.returns[t][n].item<double>() == Approx(vs[static_cast<std::size_t>(t)]).margin(1e-4));
-      const double next_vs = d[static_cast<std::size_t>(t)] > 0 ? 0.0
-                             : t + 1 < T                         ? vs[static_cast<std::size_t>(t + 1)]
-                                                                 : last[n].item<double>();
-      const double adv = std::min(p.rho_bar, ratio[static_cast<std::size_t>(t)]) *
-                         (r[static_cast<std::size_t>(t)] + p.gamma * next_vs - v[static_cast<std::size_t>(t)]);
+      const auto u = static_cast<std::size_t>(t);
+      const bool ended = d[u] > 0;
+      const double next_v = ended ? 0.0 : t + 1 < T ? v[u + 1] : last[n].item<double>();
+      const double next_vs = ended ? 0.0 : t + 1 < T ? vs[u + 1] : last[n].item<double>();
+      // The advantage of a_t: its TD error, then lambda times the correction from t + 1 on; no ratio of its own.
+      const double adv = r[u] + p.gamma * next_v - v[u] + p.gamma * p.lambda * (next_vs - next_v);
       CHECK(a.advantages[t][n].item<double>() == Approx(adv).margin(1e-4));
     }
   }
@@ -124,7 +127,8 @@ TEST_CASE("V-trace's recursion equals the paper's sum, with lambda, both bars an
                     Catch::Contains("values"));
 }
 
-TEST_CASE("with the behaviour policy equal to the target, V-trace's targets are the lambda-returns", "[vtrace]") {
+TEST_CASE("with the behaviour policy equal to the target, V-trace's targets are the lambda-returns and its advantages GAE's",
+          "[vtrace]") {
   torch::manual_seed(4);
   const int64_t T = 16, N = 9;
   const torch::Tensor rewards = torch::randn({T, N});
@@ -139,12 +143,12 @@ TEST_CASE("with the behaviour policy equal to the target, V-trace's targets are 
     const Advantages gae = ComputeGae(rewards, values, dones, last, p.gamma, lambda);
     INFO("lambda " << lambda);
     CHECK(testing::RelativeDiff(vt.returns, gae.returns) < 1e-5);
-    if (lambda == 1.0) CHECK(testing::RelativeDiff(vt.advantages, gae.advantages) < 1e-5);  // n-step returns
+    CHECK(testing::RelativeDiff(vt.advantages, gae.advantages) < 1e-5);  // GAE's advantages, whatever lambda
   }
 }
 
 // A rollout whose behaviour log-probs and values are the policy's own on its data (what the policy being
-// trained computes at the first epoch's start): V-trace at lambda 1 then gives GAE's targets and advantages.
+// trained computes at the update's start): V-trace then gives GAE's targets and advantages.
 Rollout OnPolicyRollout(ActorCritic& policy, int64_t T, int64_t N, int64_t bptt) {
   Rollout r;
   r.obs = torch::randn({T, N, 3});
@@ -177,6 +181,14 @@ torch::Tensor FlatParameters(ActorCritic& policy) {
   return torch::cat(flat);
 }
 
+// A copy of `rollout` whose behaviour log-probs are moved off the policy's (as an older policy's would be).
+Rollout OffPolicy(const Rollout& rollout, uint64_t seed, double scale = 0.3) {
+  torch::manual_seed(seed);
+  Rollout off = rollout;
+  off.logp = rollout.logp + scale * torch::randn(rollout.logp.sizes());
+  return off;
+}
+
 void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
   const Space obs = Space::Box({3}, {-1}, {1});
   PolicyOptions options;
@@ -191,36 +203,41 @@ void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
   const int64_t bptt = core == CoreKind::kNone ? 0 : 4;
   const Rollout rollout = OnPolicyRollout(probe, 8, 6, bptt);
   PpoConfig config;
-  config.gae_lambda = 1.0;
-  config.lr = 0.03;  // large steps: by the second epoch the ratios are far from 1
+  config.gae_lambda = 0.9;
+  config.lr = 0.03;  // large steps: by the second epoch the policy is far from the behaviour policy
   config.anneal_lr = false;
   config.num_minibatches = 2;
+  config.update_epochs = 3;
   config.fused_update = fused_update;
-  const auto train = [&](const std::string& advantage, int epochs, PpoStats* stats) {
+  const auto train = [&](const Rollout& r, const std::string& advantage, PpoStats* stats) {
     ActorCritic policy = make();
     PpoConfig c = config;
     c.advantage = advantage;
-    c.update_epochs = epochs;
     PpoTrainer trainer(policy, c, 5);
     CHECK(trainer.fused() == (fused_update == "on"));
-    *stats = trainer.Update(rollout, 0);
+    *stats = trainer.Update(r, 0);
     return FlatParameters(policy);
   };
   PpoStats gae_stats, vtrace_stats;
-  // One epoch: the policy being trained is the behaviour policy, so V-trace (lambda 1) is GAE exactly.
-  const torch::Tensor gae1 = train("gae", 1, &gae_stats);
-  const torch::Tensor vtrace1 = train("vtrace", 1, &vtrace_stats);
+  // On-policy data: the policy at the update's start is the behaviour policy, so V-trace is GAE (lambda 0.9) for
+  // the whole update, however far the later epochs move the policy: it is computed once, at the start.
+  const torch::Tensor gae = train(rollout, "gae", &gae_stats);
+  const torch::Tensor vtrace = train(rollout, "vtrace", &vtrace_stats);
   CHECK_FALSE(gae_stats.vtrace);
   CHECK(vtrace_stats.vtrace);
   CHECK(vtrace_stats.vtrace_ratio == Approx(1.0).margin(1e-6));
   CHECK(vtrace_stats.vtrace_rho_clipped == 0.0);
-  CHECK(testing::RelativeDiff(vtrace1, gae1) < 1e-5);
-  // Three epochs: from the second on, the ratios move off 1 and V-trace's targets with them.
-  const torch::Tensor gae3 = train("gae", 3, &gae_stats);
-  const torch::Tensor vtrace3 = train("vtrace", 3, &vtrace_stats);
-  CHECK(std::abs(vtrace_stats.vtrace_ratio - 1.0) > 1e-3);
-  CHECK(vtrace_stats.vtrace_rho_clipped > 0.0);
-  CHECK(testing::RelativeDiff(vtrace3, gae3) > 1e-3);
+  CHECK(gae_stats.approx_kl > 1e-3);  // the epochs did move the policy
+  CHECK(testing::RelativeDiff(vtrace, gae) < 1e-5);
+  // Off-policy data: the ratios are those of the policy at the update's start to the behaviour policy, and
+  // V-trace's targets differ from GAE's.
+  const Rollout off = OffPolicy(rollout, 13);
+  const torch::Tensor gae_off = train(off, "gae", &gae_stats);
+  const torch::Tensor vtrace_off = train(off, "vtrace", &vtrace_stats);
+  const torch::Tensor ratios = (rollout.logp - off.logp).exp();
+  CHECK(vtrace_stats.vtrace_ratio == Approx(ratios.mean().item<double>()).epsilon(1e-4));
+  CHECK(vtrace_stats.vtrace_rho_clipped == Approx((ratios > 1).to(torch::kFloat64).mean().item<double>()).margin(1e-6));
+  CHECK(testing::RelativeDiff(vtrace_off, gae_off) > 1e-3);
   CHECK(std::isfinite(vtrace_stats.policy_loss));
 }
 
@@ -253,9 +270,9 @@ TEST_CASE("V-trace with a centralised critic: each agent row its own ratio, its 
   CHECK(torch::equal(r.values.select(1, 0), r.values.select(1, 1)));
   CHECK_FALSE(torch::equal(r.logp.select(1, 0), r.logp.select(1, 1)));
   PpoConfig config;
-  config.gae_lambda = 1.0;
+  config.gae_lambda = 0.95;
   config.num_minibatches = 3;
-  config.update_epochs = 1;
+  config.update_epochs = 2;
   const auto train = [&](const std::string& advantage) {
     ActorCritic policy = make();
     PpoConfig c = config;
@@ -268,22 +285,54 @@ TEST_CASE("V-trace with a centralised critic: each agent row its own ratio, its 
   CHECK(testing::RelativeDiff(train("vtrace"), train("gae")) < 1e-5);
 }
 
-TEST_CASE("the update recomputes V-trace every epoch: the fused path", "[vtrace]") {
+TEST_CASE("the update computes V-trace once, from the policy at its start: the fused path", "[vtrace]") {
   CheckUpdateAgainstGae("on", CoreKind::kNone);
 }
 
-TEST_CASE("the update recomputes V-trace every epoch: the LibTorch path", "[vtrace]") {
+TEST_CASE("the update computes V-trace once, from the policy at its start: the LibTorch path", "[vtrace]") {
   CheckUpdateAgainstGae("off", CoreKind::kNone);
 }
 
-TEST_CASE("the update recomputes V-trace every epoch: through a GRU's chunks", "[vtrace]") {
+TEST_CASE("the update computes V-trace once, from the policy at its start: through a GRU's chunks", "[vtrace]") {
   CheckUpdateAgainstGae("auto", CoreKind::kGru);
+}
+
+TEST_CASE("the graphed step trains on V-trace's targets as the LibTorch path does", "[vtrace]") {
+  // On the CPU, graph_update=on runs the graphed step's static code without a graph (the same arithmetic); it takes
+  // over from the second update, once Adam has state.
+  const Space obs = Space::Box({3}, {-1}, {1});
+  torch::manual_seed(61);
+  ActorCritic probe(obs, Space::Discrete(2), std::vector<int>{16});
+  const Rollout off = OffPolicy(OnPolicyRollout(probe, 8, 6, 0), 62);
+  PpoConfig config;
+  config.advantage = "vtrace";
+  config.fused_update = "off";
+  config.num_minibatches = 2;
+  config.update_epochs = 2;
+  const auto train = [&](const std::string& graph, PpoStats* stats) {
+    torch::manual_seed(61);
+    ActorCritic policy(obs, Space::Discrete(2), std::vector<int>{16});
+    PpoConfig c = config;
+    c.graph_update = graph;
+    PpoTrainer trainer(policy, c, 5);
+    trainer.Update(off, 0);
+    *stats = trainer.Update(off, 0.5);
+    CHECK(trainer.graphed_updates() == (graph == "on" ? 1 : 0));
+    return FlatParameters(policy);
+  };
+  PpoStats graphed, libtorch;
+  const torch::Tensor a = train("on", &graphed);
+  const torch::Tensor b = train("off", &libtorch);
+  CHECK(testing::RelativeDiff(a, b) < 1e-4);
+  CHECK(graphed.vtrace);
+  CHECK(graphed.vtrace_ratio == Approx(libtorch.vtrace_ratio).epsilon(1e-5));
+  CHECK(graphed.explained_variance == Approx(libtorch.explained_variance).epsilon(1e-4));
 }
 
 TEST_CASE("the fused and LibTorch updates take the same V-trace steps and report the same explained variance",
           "[vtrace]") {
-  // Three epochs with large steps: the targets of the last epoch are far from GAE's, so an explained variance
-  // measured against GAE's returns (as the fused path once did) differs from the one against V-trace's.
+  // Off-policy data: V-trace's targets are far from GAE's, so an explained variance measured against GAE's
+  // returns (as the fused path once did) differs from the one against V-trace's.
   const Space obs = Space::Box({3}, {-1}, {1});
   const auto make = [&] {
     torch::manual_seed(41);
@@ -291,7 +340,7 @@ TEST_CASE("the fused and LibTorch updates take the same V-trace steps and report
   };
   ActorCritic probe = make();
   torch::manual_seed(42);
-  Rollout rollout = OnPolicyRollout(probe, 8, 6, 0);
+  Rollout rollout = OffPolicy(OnPolicyRollout(probe, 8, 6, 0), 43, 2.0);
   // Some samples too old for max_policy_lag: the fused update then trains on its own copy of the kept rows.
   rollout.lag = (torch::rand({8, 6}) < 0.2).to(torch::kLong) * 2;
   PpoConfig config;
@@ -410,7 +459,8 @@ TEST_CASE("max_policy_lag leaves whole chunks out when any of their steps is too
   CheckLagFilter("auto", CoreKind::kGru);
 }
 
-TEST_CASE("the config takes ppo.advantage and the V-trace bars, and refuses the graphed update by name", "[vtrace]") {
+TEST_CASE("the config takes ppo.advantage and the V-trace bars (with the graphed update too), and refuses bad ones",
+          "[vtrace]") {
   FarmConfig config;
   REQUIRE(LoadConfig("", {"ppo.advantage=vtrace", "ppo.vtrace_rho_bar=2", "ppo.vtrace_c_bar=0.5"}, &config).ok());
   CHECK(config.ppo.advantage == "vtrace");
@@ -421,8 +471,7 @@ TEST_CASE("the config takes ppo.advantage and the V-trace bars, and refuses the 
   CHECK_THAT(s.message(), Catch::Contains("ppo.advantage"));
   s = LoadConfig("", {"ppo.vtrace_c_bar=0"}, &config);
   CHECK_THAT(s.message(), Catch::Contains("ppo.vtrace_c_bar"));
-  s = LoadConfig("", {"ppo.advantage=vtrace", "ppo.graph_update=on"}, &config);
-  CHECK_THAT(s.message(), Catch::Contains("ppo.graph_update=on cannot train with ppo.advantage=vtrace"));
+  CHECK(LoadConfig("", {"ppo.advantage=vtrace", "ppo.graph_update=on"}, &config).ok());
   s = LoadConfig("", {"ppo.max_policy_lag=-1"}, &config);
   CHECK_THAT(s.message(), Catch::Contains("ppo.max_policy_lag"));
   FarmConfig defaults;

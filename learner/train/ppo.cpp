@@ -233,8 +233,6 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
     if (s.ok() && policy_->has_core())
       s = Status::InvalidArgument(std::string("the graphed step has no recurrent core (ppo.core is ") +
                                   CoreName(policy_->options().core) + ")");
-    if (s.ok() && config_.advantage == "vtrace")
-      s = Status::InvalidArgument("the graphed step has no V-trace (ppo.advantage is vtrace)");
     if (s.ok() && (!policy_->options().actor_encoder_script.empty() || !policy_->options().critic_encoder_script.empty()))
       s = Status::InvalidArgument("the graphed step does not capture a TorchScript encoder (ppo.actor_encoder_script "
                                   "or ppo.critic_encoder_script is set)");
@@ -383,53 +381,39 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   PpoChunks chunks;
   if (recurrent) chunks = MakeChunks(rollout, gae, device);
 
-  // V-trace: every epoch's advantages and targets from the policy as it is at the epoch's start (vtrace.h says
-  // why per epoch). They replace GAE's in place, in the rows, the chunks or the fused update's own batch.
-  std::unique_ptr<VtraceCorrection> vtrace;
-  if (config_.advantage == "vtrace") vtrace = std::make_unique<VtraceCorrection>(rollout, config_);
-  // Rewrites b_advantages and b_returns (and the chunks' copies) with the targets of the policy as it is now.
-  const auto begin_epoch = [&] {
-    if (!vtrace) return;
+  // V-trace: the advantages and targets of the policy as it is at the update's start (vtrace.h says why once), in
+  // place of GAE's in the rows and the chunks, for every epoch and every update path.
+  if (config_.advantage == "vtrace") {
+    VtraceCorrection vtrace(rollout, config_);
     Advantages a;
     if (recurrent) {
       const auto [logp, value] = EvaluateChunks(*policy_, chunks, k, precision_);
-      a = vtrace->Recompute(FromChunks(logp, steps), FromChunks(value, steps));
+      a = vtrace.Compute(FromChunks(logp, steps), FromChunks(value, steps));
       chunks.advantages.copy_(ToChunks(a.advantages, rollout.bptt, device));
       chunks.returns.copy_(ToChunks(a.returns, rollout.bptt, device));
     } else {
       const auto [logp, value] = EvaluateRows(*policy_, rows, k, precision_);
-      a = vtrace->Recompute(logp.view({steps, envs}), value.view({steps, envs}));
+      a = vtrace.Compute(logp.view({steps, envs}), value.view({steps, envs}));
     }
     b_advantages.copy_(a.advantages.flatten());
     b_returns.copy_(a.returns.flatten());  // the explained variance's targets too
-  };
-  const auto finish_vtrace = [&] {
-    if (!vtrace) return;
-    const VtraceStats v = vtrace->stats();
+    const VtraceStats v = vtrace.stats();
     stats.vtrace = true;
     stats.vtrace_ratio = v.ratio_mean;
     stats.vtrace_rho_clipped = v.rho_clipped;
     stats.vtrace_c_clipped = v.c_clipped;
-  };
+  }
 
   if (fused_) {  // never with states (see the constructor)
-    FusedPpoUpdate::EpochHook hook;
     PpoBatch batch_in{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns};
     if (kept.defined()) {  // rows (the fused update has k = 1): the kept ones alone
       for (torch::Tensor* t : {&batch_in.obs, &batch_in.actions, &batch_in.logp, &batch_in.values,
                                &batch_in.advantages, &batch_in.returns})
         *t = t->index_select(0, kept);
     }
-    if (vtrace)
-      hook = [&](torch::Tensor& advantages, torch::Tensor& returns) {
-        begin_epoch();
-        advantages.copy_(kept.defined() ? b_advantages.index_select(0, kept) : b_advantages);
-        returns.copy_(kept.defined() ? b_returns.index_select(0, kept) : b_returns);
-      };
-    fused_->Run(batch_in, generator_, *optimizer_, &stats, cancel, hook);
+    fused_->Run(batch_in, generator_, *optimizer_, &stats, cancel);
     stats.loss_scale = scaler_.scale();
     stats.explained_variance = ExplainedVariance(b_values, b_returns);
-    finish_vtrace();
     return stats;
   }
 
@@ -444,7 +428,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   };
 
   // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
-  if (!recurrent && !vtrace && !kept.defined() && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
+  if (!recurrent && !kept.defined() && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
     if (!graphed_)
       graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
     const int64_t per_minibatch = units / num_minibatches;
@@ -479,7 +463,6 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   int64_t minibatches_run = 0;
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
-    begin_epoch();
     const torch::Tensor perm = permutation();
     torch::Tensor last_approx_kl;
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
@@ -528,7 +511,6 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
   stats.loss_scale = scaler_.scale();
   stats.explained_variance = ExplainedVariance(b_values, b_returns);
-  finish_vtrace();
   return stats;
 }
 

@@ -114,7 +114,7 @@ torch::Tensor UnitRows(const torch::Tensor& unit_idx, int64_t k, const torch::Te
 
 // The policy on units `unit_idx` (their rows `row_idx`, from UnitRows): the forward in `precision`
 // (AutocastGuard), its outputs cast to float32. Every evaluation of rows (a minibatch's loss, V-trace's
-// per-epoch pass) goes through it, so they all see the same numbers.
+// pass at the update's start) goes through it, so they all see the same numbers.
 EvalOutput EvaluateUnits(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx,
                          const torch::Tensor& row_idx, Precision precision);
 

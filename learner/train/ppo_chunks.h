@@ -43,7 +43,7 @@ torch::Tensor PickColumns(const torch::Tensor& t, const torch::Tensor& columns);
 
 // The policy over the chunk runs `unit_idx` (their columns `column_idx`, from UnitRows), re-run through the
 // core from each chunk's stored state: the forward in `precision`, its outputs float32 [L * M]. Both the
-// minibatch loss and V-trace's per-epoch pass evaluate chunks through it.
+// minibatch loss and V-trace's pass at the update's start evaluate chunks through it.
 EvalOutput EvaluateChunkUnits(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx,
                               const torch::Tensor& column_idx, Precision precision);
 

@@ -470,7 +470,7 @@ void FusedPpoUpdate::AdamStep() {
 }
 
 void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, torch::optim::Adam& optimizer,
-                         PpoStats* stats, const std::atomic<bool>* cancel, const EpochHook& before_epoch) {
+                         PpoStats* stats, const std::atomic<bool>* cancel) {
   const int64_t batch = input.logp.defined() ? input.logp.numel() : 0;
   if (batch == 0) throw std::invalid_argument("FusedPpoUpdate: empty batch");
   Bind(optimizer);
@@ -511,7 +511,6 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
   int64_t minibatches_run = 0;
   RefreshTransposedWeights();
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
-    if (before_epoch) before_epoch(b.advantages, b.returns);
     // The same draw from the same generator as the LibTorch path, so the minibatches are the same rows.
     const torch::Tensor perm = torch::randperm(batch, generator, torch::kLong);
     const int64_t* order = perm.data_ptr<int64_t>();

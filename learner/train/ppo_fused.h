@@ -70,11 +70,8 @@ class FusedPpoUpdate {
   // clip_fraction, grad_norm, epochs}. Throws std::invalid_argument on malformed input or an optimizer that
   // does not hold every parameter; c10::Error on an out-of-range discrete action (as gather would).
   // `cancel`: as PpoTrainer::Update's (stops after the minibatch step in progress, at least one).
-  // `before_epoch` (optional): called at the start of every epoch with the batch's advantages and returns as
-  // Run reads them (float32 [B], contiguous), which it may rewrite in place (V-trace's per-epoch targets).
-  using EpochHook = std::function<void(torch::Tensor& advantages, torch::Tensor& returns)>;
   void Run(const PpoBatch& batch, torch::Generator& generator, torch::optim::Adam& optimizer, PpoStats* stats,
-           const std::atomic<bool>* cancel = nullptr, const EpochHook& before_epoch = nullptr);
+           const std::atomic<bool>* cancel = nullptr);
 
  private:
   struct Layer;

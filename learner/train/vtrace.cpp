@@ -63,7 +63,8 @@ Advantages ComputeVtrace(const torch::Tensor& log_rhos, const torch::Tensor& rew
       const float delta = rho * (rp[i] + gamma * not_done * next_value - vp[i]);
       // v_t - V(x_t) = delta_t + gamma c_t (v_{t+1} - V(x_{t+1})); nothing crosses an episode's end.
       const float vs_minus_v = delta + gamma * c * not_done * (next_vs - next_value);
-      ap[i] = rho * (rp[i] + gamma * not_done * next_vs - vp[i]);
+      // A_t: a_t's own TD error, then the lambda-discounted correction from t + 1 on (vtrace.h says why no rho_t).
+      ap[i] = (rp[i] + gamma * not_done * next_value - vp[i]) + gamma * lambda * not_done * (next_vs - next_value);
       sp[i] = vp[i] + vs_minus_v;
       next_value = vp[i];
       next_vs = sp[i];
@@ -92,7 +93,7 @@ VtraceCorrection::VtraceCorrection(const Rollout& rollout, const PpoConfig& conf
   last_value_ = Host(rollout.last_value);
 }
 
-Advantages VtraceCorrection::Recompute(const torch::Tensor& target_logp, const torch::Tensor& values) {
+Advantages VtraceCorrection::Compute(const torch::Tensor& target_logp, const torch::Tensor& values) {
   VtraceStats s;
   Advantages out = ComputeVtrace(Host(target_logp) - behaviour_logp_, rewards_, Host(values), dones_, last_value_,
                                  params_, &s);

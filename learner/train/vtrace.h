@@ -6,9 +6,17 @@
 // With rho_t = min(rho_bar, pi/mu) and c_t = lambda min(c_bar, pi/mu) at step t,
 //   delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t)),
 //   v_t - V(x_t) = delta_t + gamma c_t (v_{t+1} - V(x_{t+1})),  v_T = V(x_T) (the bootstrap value),
-//   A_t = rho_t (r_t + gamma v_{t+1} - V(x_t))                   (the policy-gradient advantage),
+//   A_t = r_t + gamma V(x_{t+1}) - V(x_t) + gamma lambda (v_{t+1} - V(x_{t+1}))   (the advantage of a_t),
 // where a step that ended its episode (done_t = 1) takes nothing from t + 1 (its reward already holds a
-// truncated step's bootstrap, as for GAE). With pi = mu the targets v_t are GAE's lambda-returns.
+// truncated step's bootstrap, as for GAE). With pi = mu the targets v_t are GAE's lambda-returns and A_t is GAE's
+// advantage, for any lambda.
+//
+// A_t is the advantage of the action taken, a_t: it needs no correction for a_t itself, only for the actions
+// after it, which v_{t+1} carries (their rho and c). IMPALA's policy-gradient advantage, rho_t (r_t + gamma
+// v_{t+1} - V(x_t)), puts rho_t in front because plain policy gradient has no other importance weight; PPO's
+// loss already weights each sample by its ratio pi/mu (clipped), so with rho_t in front every sample is weighted
+// by its own ratio twice. On uav_coverage (10 agents, async, 16 workers) that double weight moved the policy 2-3x
+// as far per update as GAE and covered about half the cells (docs/PERFORMANCE.md, "Async correction").
 //
 // Threading: plain functions and a value type, used by the trainer thread.
 #pragma once
@@ -41,20 +49,23 @@ Advantages ComputeVtrace(const torch::Tensor& log_rhos, const torch::Tensor& rew
                          const torch::Tensor& dones, const torch::Tensor& last_value, const VtraceParams& params,
                          VtraceStats* stats = nullptr);
 
-// The update's V-trace over one rollout: each epoch, from the log-probs and values of the policy as it is at
-// the epoch's start, the epoch's advantages and targets (recomputed per epoch, not per minibatch: the farm's
-// minibatches are shuffled rows or chunks, not whole trajectories, so a minibatch cannot run the backward
-// recursion; an epoch's start is the freshest point at which every step's ratio is known). The bootstrap
-// V(x_T) is the critic's value at acting time (the rollout keeps no observation past its last step).
+// The update's V-trace over one rollout, computed once, at the update's start, from the log-probs and values of
+// the policy as it is then: its ratios to the behaviour policy are the policy lag's drift (exactly 1 for data of
+// the policy being trained: sync mode, or an async sample of lag 0, where V-trace is GAE), and the advantages and
+// targets hold for every epoch, as GAE's do. The update's own epochs move the policy further; PPO's clipped ratio
+// bounds that, as it does for GAE. Recomputed every epoch, the ratios would count the update's own drift as lag
+// (docs/PERFORMANCE.md compares the two); per minibatch is not possible: the farm's minibatches are shuffled rows
+// or chunks, not whole trajectories, so a minibatch cannot run the backward recursion. The bootstrap V(x_T) is
+// the critic's value at acting time (the rollout keeps no observation past its last step).
 class VtraceCorrection {
  public:
   // Keeps the rollout's behaviour log-probs, rewards, dones and bootstrap values (host copies).
   VtraceCorrection(const Rollout& rollout, const PpoConfig& config);
 
-  // target_logp, values: [T, N], the current policy's on the rollout's steps. Adds to the running stats.
-  Advantages Recompute(const torch::Tensor& target_logp, const torch::Tensor& values);
+  // target_logp, values: [T, N], the policy's at the update's start on the rollout's steps. Adds to the stats.
+  Advantages Compute(const torch::Tensor& target_logp, const torch::Tensor& values);
 
-  // Means over the Recompute calls so far.
+  // Means over the Compute calls so far (one per update).
   VtraceStats stats() const;
 
  private:
