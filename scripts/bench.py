@@ -203,8 +203,11 @@ class Bench:
                                  "updates": summary["updates"], "wall_seconds": summary["wall_seconds"]}
                 row["ratio"] = row["scripted"]["sps"] / row["builtin"]["sps"]
                 pairs.append(row)
+                for r in (row["builtin"], row["scripted"]):
+                    r["seconds_per_update"] = r["update_seconds"] / r["updates"] if r["updates"] else None
                 log(f"encoders seed {seed}: built-in cnn {row['builtin']['sps']:.0f}, scripted "
-                    f"{row['scripted']['sps']:.0f} env steps/s ({row['ratio']:.2f}x)")
+                    f"{row['scripted']['sps']:.0f} env steps/s ({row['ratio']:.2f}x); per update "
+                    f"{row['builtin']['seconds_per_update'] or 0:.1f} s and {row['scripted']['seconds_per_update'] or 0:.1f} s")
         return {"config": "configs/uav_coverage.yaml, cnn", "workers": workers, "seconds": secs,
                 "sps_builtin": median([r["builtin"]["sps"] for r in pairs]),
                 "sps_scripted": median([r["scripted"]["sps"] for r in pairs]),

@@ -57,12 +57,6 @@ int Count(const torch::nn::Module& m, const std::string& name) {
   return n;
 }
 
-torch::Tensor Flat(ActorCritic& policy) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : policy->parameters()) flat.push_back(p.detach().flatten().clone());
-  return torch::cat(flat);
-}
-
 }  // namespace
 
 TEST_CASE("the config takes the encoder keys and refuses bad ones by name", "[encoder]") {
@@ -314,7 +308,7 @@ TEST_CASE("a PPO update trains through conv, impala and a layer-normed relu trun
     std::vector<int64_t> shape{8 * 4};
     shape.insert(shape.end(), space.shape.begin(), space.shape.end());
     const Rollout r = testing::ActedRollout(policy, torch::rand(shape), {}, 8, 4);
-    const torch::Tensor before = Flat(policy);
+    const torch::Tensor before = testing::FlatParameters(policy);
     PpoConfig config;
     config.num_minibatches = 2;
     config.update_epochs = 2;
@@ -323,7 +317,7 @@ TEST_CASE("a PPO update trains through conv, impala and a layer-normed relu trun
     CHECK(std::isfinite(stats.policy_loss));
     CHECK(std::isfinite(stats.value_loss));
     CHECK(stats.approx_kl > 0);
-    CHECK((Flat(policy) - before).abs().max().item<double>() > 0);
+    CHECK((testing::FlatParameters(policy) - before).abs().max().item<double>() > 0);
   }
 }
 

@@ -1,4 +1,5 @@
-// Helpers shared by the tests that hold two PPO update paths to each other (ppo_fused_test, ppo_graph_test).
+// Helpers shared by the tests that train policies and hold update paths or encoders to each other (ppo_fused_test,
+// ppo_graph_test, vtrace_test, encoder_test, scripted_encoder_test).
 #pragma once
 
 #include <torch/torch.h>
@@ -37,6 +38,13 @@ inline Rollout ActedRollout(ActorCritic& net, const torch::Tensor& obs, const to
   r.dones = (torch::rand({steps, envs}) < 0.1).to(torch::kFloat32);
   r.last_value = torch::randn({envs});
   return r;
+}
+
+// Every parameter of `policy`, flattened and concatenated in order (a copy).
+inline torch::Tensor FlatParameters(ActorCritic& policy) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : policy->parameters()) flat.push_back(p.detach().flatten().clone());
+  return torch::cat(flat);
 }
 
 // max |a - b| / max(max |b|, 1): relative to the tensor's scale, absolute for tensors near zero.

@@ -71,12 +71,6 @@ std::string SaveSource(const std::string& path, const std::string& source) {
 
 torch::Tensor Named(ActorCritic& policy, const std::string& key) { return policy->named_parameters()[key]; }
 
-torch::Tensor Flat(ActorCritic& policy) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : policy->parameters()) flat.push_back(p.detach().flatten().clone());
-  return torch::cat(flat);
-}
-
 }  // namespace
 
 TEST_CASE("a scripted encoder takes the built-in encoder's place: the trunk, heads and critic follow it", "[scripted]") {
@@ -196,7 +190,7 @@ TEST_CASE("PPO trains a script's parameters (fp32 and bf16), and CopyFrom and ch
     // CopyFrom into a policy built from the same files, and a checkpoint into a third.
     ActorCritic copy(image, Space::Discrete(3), std::vector<int>{16}, o);
     copy->CopyFrom(*policy);
-    CHECK(torch::equal(Flat(copy), Flat(policy)));
+    CHECK(torch::equal(testing::FlatParameters(copy), testing::FlatParameters(policy)));
     const torch::Tensor x = torch::rand({6, 2, 5, 5});
     CHECK(torch::equal(copy->Act(x, true).action, policy->Act(x, true).action));
     torch::optim::Adam optimizer(policy->parameters(), torch::optim::AdamOptions(1e-3));
@@ -204,10 +198,10 @@ TEST_CASE("PPO trains a script's parameters (fp32 and bf16), and CopyFrom and ch
     std::string written;
     REQUIRE(SaveCheckpoint(dir.path + "/ckpt", policy, optimizer, counters, &written).ok());
     ActorCritic restored(image, Space::Discrete(3), std::vector<int>{16}, o);
-    CHECK_FALSE(torch::equal(Flat(restored), Flat(policy)));
+    CHECK_FALSE(torch::equal(testing::FlatParameters(restored), testing::FlatParameters(policy)));
     TrainingCounters loaded;
     REQUIRE(LoadCheckpoint(written, restored, nullptr, &loaded).ok());
-    CHECK(torch::equal(Flat(restored), Flat(policy)));
+    CHECK(torch::equal(testing::FlatParameters(restored), testing::FlatParameters(policy)));
     CHECK(torch::equal(restored->Act(x, true).action, policy->Act(x, true).action));
   }
 }
@@ -267,7 +261,7 @@ TEST_CASE("policy_spec.json names the run's copies of the scripts, from which Lo
     INFO(s.message());
     REQUIRE(s.ok());
     CHECK(loaded->options().actor_encoder_script == run + "/actor_encoder.pt");
-    CHECK(torch::equal(Flat(loaded), Flat(policy)));
+    CHECK(torch::equal(testing::FlatParameters(loaded), testing::FlatParameters(policy)));
 
     // Export: the script is a submodule of the module, which acts as the policy does.
     const std::string path = dir.path + "/policy.pt";

@@ -175,12 +175,6 @@ Rollout OnPolicyRollout(ActorCritic& policy, int64_t T, int64_t N, int64_t bptt)
   return r;
 }
 
-torch::Tensor FlatParameters(ActorCritic& policy) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& t : policy->parameters()) flat.push_back(t.detach().flatten().clone());
-  return torch::cat(flat);
-}
-
 // A copy of `rollout` whose behaviour log-probs are moved off the policy's (as an older policy's would be).
 Rollout OffPolicy(const Rollout& rollout, uint64_t seed, double scale = 0.3) {
   torch::manual_seed(seed);
@@ -216,7 +210,7 @@ void CheckUpdateAgainstGae(const std::string& fused_update, CoreKind core) {
     PpoTrainer trainer(policy, c, 5);
     CHECK(trainer.fused() == (fused_update == "on"));
     *stats = trainer.Update(r, 0);
-    return FlatParameters(policy);
+    return testing::FlatParameters(policy);
   };
   PpoStats gae_stats, vtrace_stats;
   // On-policy data: the policy at the update's start is the behaviour policy, so V-trace is GAE (lambda 0.9) for
@@ -280,7 +274,7 @@ TEST_CASE("V-trace with a centralised critic: each agent row its own ratio, its 
     PpoTrainer trainer(policy, c, 5);
     const PpoStats stats = trainer.Update(r, 0);
     CHECK(stats.vtrace == (advantage == "vtrace"));
-    return FlatParameters(policy);
+    return testing::FlatParameters(policy);
   };
   CHECK(testing::RelativeDiff(train("vtrace"), train("gae")) < 1e-5);
 }
@@ -318,7 +312,7 @@ TEST_CASE("the graphed step trains on V-trace's targets as the LibTorch path doe
     trainer.Update(off, 0);
     *stats = trainer.Update(off, 0.5);
     CHECK(trainer.graphed_updates() == (graph == "on" ? 1 : 0));
-    return FlatParameters(policy);
+    return testing::FlatParameters(policy);
   };
   PpoStats graphed, libtorch;
   const torch::Tensor a = train("on", &graphed);
@@ -357,7 +351,7 @@ TEST_CASE("the fused and LibTorch updates take the same V-trace steps and report
     PpoTrainer trainer(policy, c, 5);
     REQUIRE(trainer.fused() == (fused_update == "on"));
     *stats = trainer.Update(rollout, 0);
-    return FlatParameters(policy);
+    return testing::FlatParameters(policy);
   };
   PpoStats fused, libtorch, gae;
   CHECK(testing::RelativeDiff(train("on", &fused), train("off", &libtorch)) < 1e-4);
@@ -402,7 +396,7 @@ void CheckLagFilter(const std::string& fused_update, CoreKind core) {
     PpoTrainer trainer(policy, c, 7);
     CHECK(trainer.fused() == (fused_update == "on"));
     *stats = trainer.Update(r, 0);
-    return FlatParameters(policy);
+    return testing::FlatParameters(policy);
   };
   // The same rollout with the too-old samples' observations and actions replaced.
   Rollout scrambled = rollout;
@@ -430,7 +424,7 @@ void CheckLagFilter(const std::string& fused_update, CoreKind core) {
   const torch::Tensor before = [&] {
     torch::manual_seed(22);
     ActorCritic policy(obs, Space::Discrete(2), std::vector<int>{16}, options);
-    return FlatParameters(policy);
+    return testing::FlatParameters(policy);
   }();
   Rollout stale = rollout;
   stale.lag = torch::full({T, N}, 5, torch::kLong);
