@@ -8,6 +8,11 @@ namespace farm {
 using namespace learner_internal;
 namespace {
 
+// A network's TorchScript encoder (ppo.*_encoder_script: the first module of its encoder), or null.
+const ScriptedEncoderImpl* ScriptedEncoderOf(const torch::nn::Sequential& encoder) {
+  return encoder && !encoder->is_empty() ? encoder->ptr(0)->as<ScriptedEncoderImpl>() : nullptr;
+}
+
 // A worker reconnecting says Hello under its first identity plus "-cN" (WorkerClient, farm_worker.py).
 bool IsRejoin(const std::string& identity) {
   static const std::regex kRejoin(".*-c[0-9]+$");
@@ -93,8 +98,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   const auto encoder_floats = [&](bool actor, bool workspace) -> int64_t {
     const Space& input = actor ? spec.observation : critic_input;
     const torch::nn::Sequential encoder = actor ? parts.acting->actor_encoder() : parts.acting->critic_encoder();
-    if (const auto* scripted = encoder && !encoder->is_empty() ? encoder->ptr(0)->as<ScriptedEncoderImpl>() : nullptr)
-      return workspace ? 0 : scripted->features();
+    if (const auto* scripted = ScriptedEncoderOf(encoder)) return workspace ? 0 : scripted->features();
     return workspace ? ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, input)
                      : ImageEncoderFloats(parts.options.encoder, parts.options.layout, input);
   };
@@ -148,7 +152,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   stats.set_num_agents(spec.num_agents);
   // The encoders as they are: a TorchScript one named by its file and its features.
   const auto encoder_text = [&](const torch::nn::Sequential& encoder) -> std::string {
-    if (const auto* scripted = encoder && !encoder->is_empty() ? encoder->ptr(0)->as<ScriptedEncoderImpl>() : nullptr)
+    if (const auto* scripted = ScriptedEncoderOf(encoder))
       return fmt::format("TorchScript {} ({} features)", scripted->path(), scripted->features());
     return EncoderName(parts.options.encoder);
   };
