@@ -337,7 +337,7 @@ Status ValidateConfig(const FarmConfig& c) {
         "ppo.fused_update=on needs ppo.activation=tanh and ppo.layer_norm=false (got {} and {}): the fused update "
         "knows only the tanh MLP; use ppo.fused_update=auto to fall back to the LibTorch update",
         c.ppo.activation, c.ppo.layer_norm));
-  if (c.ppo.fused_update == "on" && (!c.ppo.actor_encoder_script.empty() || !c.ppo.critic_encoder_script.empty()))
+  if (c.ppo.fused_update == "on" && c.ppo.has_encoder_script())
     return Status::InvalidArgument(fmt::format(
         "ppo.fused_update=on cannot run a TorchScript encoder (ppo.actor_encoder_script '{}', "
         "ppo.critic_encoder_script '{}'); use ppo.fused_update=auto to fall back to the LibTorch update",

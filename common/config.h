@@ -251,6 +251,7 @@ struct PpoConfig {
   // policy_spec.json names it for farm-eval, farm-export and serving. Empty: the built-in encoder.
   std::string actor_encoder_script;
   std::string critic_encoder_script;
+  bool has_encoder_script() const { return !actor_encoder_script.empty() || !critic_encoder_script.empty(); }
   bool bootstrap_truncated = true;  // add gamma * V(final obs) to the reward of truncated steps
   // The fused CPU update (learner/train/ppo_fused.h): auto = use it when the policy is on the CPU in fp32 (the same
   // update as the LibTorch path, several times faster for small MLPs); on = require it (error otherwise);

@@ -58,6 +58,7 @@ struct PolicyOptions {
   // directory's copy).
   std::string actor_encoder_script;
   std::string critic_encoder_script;
+  bool has_encoder_script() const { return !actor_encoder_script.empty() || !critic_encoder_script.empty(); }
 };
 
 struct ActOutput {

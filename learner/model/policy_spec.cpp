@@ -334,14 +334,14 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
     *options = std::move(parsed);
   } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde || parsed.core != CoreKind::kNone ||
              parsed.layout.activation != Activation::kTanh || parsed.layout.layer_norm ||
-             !parsed.actor_encoder_script.empty() || !parsed.critic_encoder_script.empty()) {
+             parsed.has_encoder_script()) {
     return Status::InvalidArgument(fmt::format(
         "{}: the policy has encoder {} and {}{}, a {} trunk{}{}; this caller can only rebuild a tanh mlp policy "
         "without a global state or sde",
         source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state",
         parsed.sde ? ", with sde" : "", ActivationName(parsed.layout.activation),
         parsed.layout.layer_norm ? " with layer norm" : "",
-        parsed.actor_encoder_script.empty() && parsed.critic_encoder_script.empty() ? "" : ", a TorchScript encoder"));
+        parsed.has_encoder_script() ? ", a TorchScript encoder" : ""));
   }
   return Status::Ok();
 }

@@ -233,7 +233,7 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
     if (s.ok() && policy_->has_core())
       s = Status::InvalidArgument(std::string("the graphed step has no recurrent core (ppo.core is ") +
                                   CoreName(policy_->options().core) + ")");
-    if (s.ok() && (!policy_->options().actor_encoder_script.empty() || !policy_->options().critic_encoder_script.empty()))
+    if (s.ok() && policy_->options().has_encoder_script())
       s = Status::InvalidArgument("the graphed step does not capture a TorchScript encoder (ppo.actor_encoder_script "
                                   "or ppo.critic_encoder_script is set)");
     if (graph == "auto" && device_.is_cuda() && !s.ok())

@@ -111,7 +111,7 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
                                    ActivationName(policy.options().layout.activation) + ")");
   if (policy.options().layout.layer_norm)
     return Status::InvalidArgument("the fused update has no layer norm (ppo.layer_norm is true)");
-  if (!policy.options().actor_encoder_script.empty() || !policy.options().critic_encoder_script.empty())
+  if (policy.options().has_encoder_script())
     return Status::InvalidArgument("the fused update cannot run a TorchScript encoder (ppo.actor_encoder_script or "
                                    "ppo.critic_encoder_script is set)");
   for (const auto& item : policy.named_parameters()) {
