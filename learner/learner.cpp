@@ -16,8 +16,36 @@
 // model state.
 #include "learner/learner_impl.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+
 namespace farm {
 using namespace learner_internal;
+namespace {
+
+// For a resumed run whose transport.bind is tcp://HOST:* (the port left to the system, as by default): that bind
+// with the port its previous learner listened on (run_dir/learner.endpoint). Empty when the bind names a port, or
+// the run has no such file.
+// How long a resumed learner tries to bind its previous learner's port while something else holds it.
+constexpr std::chrono::seconds kRebindPatience{3};
+
+std::string PreviousLearnerBind(const FarmConfig& config) {
+  const std::string& bind = config.transport.bind;
+  if (bind.rfind("tcp://", 0) != 0 || bind.size() < 2 || bind.compare(bind.size() - 2, 2, ":*") != 0) return "";
+  std::ifstream in(config.run_dir + "/learner.endpoint");
+  std::string previous;
+  if (!(in >> previous)) return "";
+  const auto colon = previous.rfind(':');
+  if (previous.rfind("tcp://", 0) != 0 || colon == std::string::npos) return "";
+  const std::string port = previous.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "";
+  if (const int n = std::stoi(port); n < 1 || n > 65535) return "";
+  return bind.substr(0, bind.size() - 1) + port;
+}
+
+}  // namespace
 
 Learner::Learner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -124,12 +152,52 @@ Status Learner::Impl::Init() {
   }
   // Bound before the run directory is touched: a learner that cannot bind (the port in use) leaves nothing behind.
   zmq::socket_t socket;
-  try {
-    socket = MakeRouter(ctx, config.transport, &endpoint, curve ? &curve->own : nullptr);
-  } catch (const zmq::error_t& e) {
-    return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
+  // A resumed run whose bind leaves the port to the system listens where its previous learner did, so that the
+  // workers still running for it (reconnecting to that endpoint) find it again.
+  if (const std::string again = config.learner.resume ? PreviousLearnerBind(config) : std::string(); !again.empty()) {
+    TransportConfig transport = config.transport;
+    transport.bind = again;
+    // The port is in the system's ephemeral range, so a client socket may hold it for a moment (EADDRINUSE):
+    // tried for a few seconds.
+    const auto deadline = Clock::now() + kRebindPatience;
+    while (!socket) {
+      try {
+        socket = MakeRouter(ctx, transport, &endpoint, curve ? &curve->own : nullptr);
+        spdlog::info("resume: listening on {} again, where the run's previous learner listened", endpoint);
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EADDRINUSE && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          continue;
+        }
+        spdlog::warn("resume: cannot listen on {} again, where the run's previous learner listened ({}); listening "
+                     "on a new port instead: workers still running for the previous learner will not find this one "
+                     "(give transport.bind a fixed port to avoid this)",
+                     again, e.what());
+        break;
+      }
+    }
+  }
+  if (!socket) {
+    try {
+      socket = MakeRouter(ctx, config.transport, &endpoint, curve ? &curve->own : nullptr);
+    } catch (const zmq::error_t& e) {
+      return Status::IoError(fmt::format("transport.bind: cannot bind {}: {}", config.transport.bind, e.what()));
+    }
   }
   if (auto s = RunDir::Open(config, &run_dir); !s.ok()) return s;
+  if (config.learner.resume) {
+    // The checkpoint's figures from now on, so that a learner stopped before any worker joins (and builds the
+    // policy, which loads the whole checkpoint) still reports the run's counters.
+    std::string path;
+    TrainingCounters counters;
+    RunState state;
+    Status s = FindLatestValidCheckpoint(run_dir->checkpoints(), &path, nullptr);
+    if (s.ok()) s = ReadCheckpointProgress(path, &counters, &state);
+    if (!s.ok()) return Status::InvalidArgument("learner.resume: " + s.message());
+    RestoreProgress(counters, state);
+    spdlog::info("resuming {}: {} env steps, {} updates; the policy loads when the first worker joins", path,
+                 counters.env_steps, counters.updates);
+  }
   if (auto s = reporting.metrics.Open(run_dir->file("metrics.jsonl")); !s.ok()) return s;
   if (config.learner.eval_episodes > 0)
     if (auto s = EvalEpisodes::Open(config.learner.eval_episodes, run_dir->file("episodes.jsonl"), &eval); !s.ok())
@@ -260,7 +328,7 @@ nlohmann::json Learner::Impl::Summary() const {
 
 Status Learner::Run(nlohmann::json* summary) {
   Impl& m = *impl_;
-  m.stats.Start(Clock::now(), 0);
+  m.stats.Start(Clock::now(), m.stats.wall_offset());  // a resumed run's earlier wall time (RestoreProgress)
   m.reporting.start_unix = UnixNow();
   spdlog::info("learner listening on {}; run directory {}", m.endpoint, m.run_dir->path());
   std::vector<Work> batch;

@@ -135,6 +135,9 @@ struct Learner::Impl {
   void OnHello(Work& w);
   bool BuildRunFrom(const wire::Hello& h, const Handshake& hs, const std::function<void(const std::string&)>& refuse);
   void ApplyResume(const RunParts::Resumed& r, PpoTrainer& trainer);
+  // A checkpoint's counters, wall time, episode window, target and policy lag into the run's figures (at the start
+  // of a resumed run, so that a learner stopped before any worker joins reports them; again by ApplyResume).
+  void RestoreProgress(const TrainingCounters& counters, const RunState& state);
   void OnStep(Work& w, std::vector<Work*>* steps);
   void OnTrainerDone(const TrainResult& r);
   void ConsumeOutcome(const WorkerState& ws, const wire::StepRequest& req);
@@ -147,7 +150,10 @@ struct Learner::Impl {
   void ReleaseParked();
   void CheckStop();
   void CheckWorkers();
-  void RemoveWorker(const std::string& identity, const std::string& why);
+  // kLost: silent for too long (summary.json workers_lost); kReplaced: the same worker process connected again
+  // (workers_replaced).
+  enum class Departure { kLost, kReplaced };
+  void RemoveWorker(const std::string& identity, const std::string& why, Departure departure);
   void UpdateReadyHint();
   void ShowProgress(bool force);
   void NoteWriteError(const Status& s);

@@ -1,7 +1,5 @@
 // The learner's inference thread, workers coming and going: Hellos (the first builds the run), --resume's
 // counters and run state, the run state a checkpoint captures, and dropping silent workers.
-#include <regex>
-
 #include "learner/learner_impl.h"
 
 namespace farm {
@@ -11,12 +9,6 @@ namespace {
 // A network's TorchScript encoder (ppo.*_encoder_script: the first module of its encoder), or null.
 const ScriptedEncoderImpl* ScriptedEncoderOf(const torch::nn::Sequential& encoder) {
   return encoder && !encoder->is_empty() ? encoder->ptr(0)->as<ScriptedEncoderImpl>() : nullptr;
-}
-
-// A worker reconnecting says Hello under its first identity plus "-cN" (WorkerClient, farm_worker.py).
-bool IsRejoin(const std::string& identity) {
-  static const std::regex kRejoin(".*-c[0-9]+$");
-  return std::regex_match(identity, kRejoin);
 }
 
 }  // namespace
@@ -39,6 +31,21 @@ void Learner::Impl::OnHello(Work& w) {
   Handshake hs;
   if (auto s = registry.CheckHello(w.identity, h, normalizer.options(), &hs); !s.ok()) return refuse(s.message());
   if (outcome.stopping) return refuse("the learner is stopping");
+  // A worker process connecting again (WorkerConnection): its newest connection is the one it uses. A Hello of an
+  // older connection than one admitted is an attempt the worker has given up on (queued while the learner did not
+  // answer: stopped, or starved); older admitted connections went with the worker's old socket and are dropped as
+  // replaced, not lost.
+  const int64_t connection = WorkerConnection::Of(w.identity).connection;
+  std::vector<std::string> replaced;
+  for (const auto& other : registry.OtherConnections(w.identity)) {
+    if (WorkerConnection::Of(other).connection > connection) {
+      spdlog::info("ignored a Hello from {}: that worker has connected again since, as {}", w.identity, other);
+      return;
+    }
+    replaced.push_back(other);
+  }
+  for (const auto& old : replaced)
+    RemoveWorker(old, "it connected again as " + w.identity, Departure::kReplaced);
   const bool first = !registry.has_run();
   if (first) {
     ActivityScope busy(inference, "building the run from the first Hello (policy, CUDA graphs, warm-up, resume)");
@@ -59,7 +66,7 @@ void Learner::Impl::OnHello(Work& w) {
                  admitted.group_envs * static_cast<int>(admitted.store_group.size()), w.identity);
   liveness.Admit(w.identity, Clock::now());
   ++stats.workers_joined;
-  if (IsRejoin(w.identity)) ++stats.rejoins;
+  if (connection > 0) ++stats.rejoins;
   stats.last_join_seconds = stats.ProcessWall();
   welcome->set_accepted(true);
   welcome->set_policy_version(static_cast<uint64_t>(stats.version));
@@ -197,9 +204,7 @@ Status Learner::Impl::CheckMemoryWith(int64_t added_rows, const std::string& wha
 // Continues run_dir from the checkpoint BuildRun loaded: counters (env steps, updates, policy version, episodes,
 // wall time) and run state (random generators, episode window, when the target was reached, the normaliser).
 // What an older checkpoint lacks starts afresh, with a warning.
-void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
-  const TrainingCounters& c = r.counters;
-  const RunState& state = r.state;
+void Learner::Impl::RestoreProgress(const TrainingCounters& c, const RunState& state) {
   stats.env_steps = c.env_steps;
   update.handoff_env_steps = c.env_steps;  // the schedule goes on from here
   stats.updates = c.updates;
@@ -209,14 +214,21 @@ void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
   stats.solved_at_steps = state.solved_at_steps;
   stats.solved_at_seconds = state.solved_at_seconds;
   stats.solved_at_unix = state.solved_at_unix;
-  normalizer.Restore(state, r.path);
+  stats.run_lag = {};
+  stats.lag_dropped_total = 0;
   if (state.has_policy_lag) {
     LagStats lag;
     lag.counts = state.lag_counts;
-    stats.run_lag = {};
     stats.AddLag(lag);
     stats.lag_dropped_total = state.lag_dropped;
   }
+}
+
+void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
+  const TrainingCounters& c = r.counters;
+  const RunState& state = r.state;
+  RestoreProgress(c, state);
+  normalizer.Restore(state, r.path);
   std::vector<std::string> missing = state.missing;
   auto restore = [&](const char* name, torch::Generator generator) {
     const auto it = state.rng.find(name);
@@ -289,22 +301,29 @@ void Learner::Impl::CheckWorkers() {
   reporting.last_worker_check = now;
   PhaseTimer timer(stats, Phase::kReport);
   for (const auto& id : liveness.SilentFor(config.transport.heartbeat_timeout_s, now))
-    RemoveWorker(id, fmt::format("silent for more than {} s (transport.heartbeat_timeout_s: no message of it reached "
-                                 "the learner)",
-                                 config.transport.heartbeat_timeout_s));
+    RemoveWorker(id,
+                 fmt::format("silent for more than {} s (transport.heartbeat_timeout_s: no message of it reached "
+                             "the learner)",
+                             config.transport.heartbeat_timeout_s),
+                 Departure::kLost);
 }
 
 // Forgets a worker: its partial trajectories leave the rollout, its held requests are dropped, and the others go
 // on (the rollout may now be full).
-void Learner::Impl::RemoveWorker(const std::string& identity, const std::string& why) {
+void Learner::Impl::RemoveWorker(const std::string& identity, const std::string& why, Departure departure) {
   liveness.Forget(identity);
   const std::optional<WorkerState> ws = registry.Remove(identity);
   if (!ws) return;
   for (int g : ws->store_group) collector.store().RemoveGroup(g);
   collector.DropParked(identity);
   if (acting) acting->DropCoreStates(identity);
-  ++stats.workers_lost;
-  spdlog::warn("dropped worker {}: {}; {} workers left", identity, why, registry.size());
+  if (departure == Departure::kLost) {
+    ++stats.workers_lost;
+    spdlog::warn("dropped worker {}: {}; {} workers left", identity, why, registry.size());
+  } else {
+    ++stats.workers_replaced;
+    spdlog::info("dropped worker {}: {}", identity, why);
+  }
   MaybeHandOff();
   UpdateReadyHint();
 }

@@ -204,6 +204,7 @@ void Learner::Impl::Respond(std::vector<Work*>& steps, const Acting::Output& out
 void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
   std::vector<Work*> steps;
   steps.reserve(batch.size());
+  const int64_t replaced_before = stats.workers_replaced;
   for (Work& w : batch) {
     switch (w.kind) {
       case Work::Kind::kHello:
@@ -243,6 +244,11 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
         break;
     }
   }
+  // A Hello that replaced a worker's older connection (OnHello) dropped that connection's state: its requests taken
+  // earlier in this batch are not served (the worker has moved on to its new connection).
+  if (stats.workers_replaced != replaced_before)
+    steps.erase(std::remove_if(steps.begin(), steps.end(), [&](const Work* w) { return !registry.Find(w->identity); }),
+                steps.end());
   if (!steps.empty()) ServeSteps(steps);
   {
     PhaseTimer timer(stats, Phase::kHandoff);

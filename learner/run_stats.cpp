@@ -101,11 +101,12 @@ std::vector<RunStats::Item> RunStats::Items(const Outside& o) const {
       {"non_finite_sanitized", non_finite_sanitized},
       // Workers: every identity that joined and is still here or was dropped (a rejoin under a new identity
       // counts again, as `rejoins` too).
-      {"workers", o.workers_active + workers_lost, kSummary},
+      {"workers", o.workers_active + workers_lost + workers_replaced, kSummary},
       {"workers_active", o.workers_active},
       {"workers_joined", workers_joined},
       {"rejoins", rejoins},
       {"workers_lost", workers_lost},
+      {"workers_replaced", workers_replaced},
       {"last_join_seconds", OrNull(last_join_seconds), kMS},
       {"connections_closed", o.connections_closed},
       {"replies_dropped", o.replies_dropped},

@@ -85,6 +85,7 @@ class RunStats {
   }
   // Wall seconds of earlier sessions of this run (--resume), added to Wall().
   void set_wall_offset(double seconds) { wall_offset_ = seconds; }
+  double wall_offset() const { return wall_offset_; }
   // Wall seconds of the run: this process's since Start, plus earlier sessions' (--resume).
   double Wall() const;
   double ProcessWall() const;
@@ -102,6 +103,7 @@ class RunStats {
   int64_t workers_joined = 0;  // Hellos accepted, rejoins included
   int64_t rejoins = 0;         // of those, workers reconnecting under a new identity (NAME-cN)
   int64_t workers_lost = 0;    // dropped as silent
+  int64_t workers_replaced = 0;  // dropped because the same worker process connected again (a newer -cN)
   std::optional<double> last_join_seconds;  // process wall seconds when the last worker joined
   double update_seconds_total = 0;  // finished updates
   double last_update_seconds = 0;

@@ -122,7 +122,7 @@ grep -q "nothing to resume" "$tmp/learner5.log" || { cat "$tmp/learner5.log"; ex
 # farm-learner --resume without config.yaml: the config stored in the checkpoint (a copy of the run, stopped
 # by SIGTERM before any worker joins).
 cp -r "$run" "$tmp/copy"
-rm "$tmp/copy/config.yaml"
+rm "$tmp/copy/config.yaml" "$tmp/copy/summary.json"
 "$build_dir/learner/farm-learner" --resume "$tmp/copy" --endpoint-file "$tmp/copy.endpoint" > "$tmp/learner6.log" 2>&1 &
 learner=$!
 pids+=("$learner")
@@ -131,4 +131,13 @@ for _ in $(seq 300); do [ -s "$tmp/copy.endpoint" ] && break; sleep 0.1; done
 kill -TERM "$learner"
 wait "$learner" || { echo "farm-learner did not stop cleanly"; cat "$tmp/learner6.log"; exit 1; }
 grep -q "no config.yaml; using the config stored in" "$tmp/learner6.log" || { cat "$tmp/learner6.log"; exit 1; }
+# Stopped before any worker joined, it still reports the run's figures from the checkpoint, not zeros.
+python3 - "$run/summary.json" "$tmp/copy/summary.json" <<'PY' || { cat "$tmp/learner6.log"; exit 1; }
+import json, sys
+run, copy = (json.load(open(p)) for p in sys.argv[1:3])
+for key in ("env_steps", "updates", "episodes", "mean_return_100"):
+    assert copy[key] == run[key], (key, copy[key], run[key])
+assert copy["wall_seconds"] >= run["wall_seconds"], (copy["wall_seconds"], run["wall_seconds"])
+assert copy["stop_reason"] == "terminated (SIGTERM)", copy["stop_reason"]
+PY
 echo "ok: unresumable directories refused; the checkpoint's config used when config.yaml is missing"

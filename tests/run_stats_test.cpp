@@ -45,6 +45,7 @@ TEST_CASE("RunStats: metrics, TensorBoard, summary and status line come from one
   stats.updates = 3;
   stats.workers_lost = 1;
   stats.rejoins = 2;
+  stats.workers_replaced = 2;
   stats.last_ppo.policy_loss = 0.25;
   stats.last_ppo.value_loss = std::nan("");
   // Two rollouts' lags: 100 samples at lag 0..4 (20 each), then 100 at lag 3 (90) and 9 (10).
@@ -86,7 +87,8 @@ TEST_CASE("RunStats: metrics, TensorBoard, summary and status line come from one
   CHECK(row["store_bytes"] == 1 << 20);
   CHECK(row["policy_loss"] == 0.25);
   CHECK(row["value_loss"].is_null());  // not finite: null in JSON, absent from TensorBoard
-  CHECK(summary["workers"] == 5);      // active + lost
+  CHECK(summary["workers"] == 7);      // active + lost + replaced
+  CHECK(summary["workers_replaced"] == 2);
   CHECK(summary["wall_seconds"].get<double>() >= 100.0);
   const std::string line = stats.StatusLine(o, std::chrono::steady_clock::now());
   CHECK_THAT(line, Catch::Contains("steps        500"));

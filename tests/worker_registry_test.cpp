@@ -155,6 +155,81 @@ TEST_CASE("Liveness: silent means nothing heard, whatever the inference thread d
   CHECK(live.SilentFor(10, t0 + std::chrono::seconds(11)).empty());
 }
 
+TEST_CASE("Liveness: the time the learner itself did not run is not the workers' silence", "[liveness]") {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  Liveness live;
+  const auto t0 = Liveness::Clock::now();
+  const auto wait = seconds(1);  // the I/O thread's longest wait for a message
+  // A turn: the wait began `from` and ended `to` (the next one begins at once).
+  const auto turn = [&](Liveness::Clock::time_point from, Liveness::Clock::time_point to) {
+    return live.Listening(from, wait, to);
+  };
+  live.Admit("a", t0);
+  live.Admit("b", t0);
+  CHECK(turn(t0, t0 + milliseconds(300)) == 0);  // a message arrived
+  CHECK(turn(t0 + milliseconds(300), t0 + milliseconds(1300)) == 0);  // a full wait
+  CHECK(turn(t0 + milliseconds(1400), t0 + milliseconds(1500)) == 0);  // 100 ms to handle a message: ordinary
+  CHECK(live.Heard("a", t0 + milliseconds(1500)));
+  // The process is stopped for 20 s in a wait. Checked on waking, before the I/O thread turns: silence counts up
+  // to its last turn, so no one is dropped.
+  CHECK(live.SilentFor(10, t0 + seconds(21)).empty());
+  // Its first turn after waking finds 20 s beyond its wait of 1 s: a stop, so every worker counts as heard then
+  // (t0 + 22.5), with a whole timeout to show up again.
+  CHECK(turn(t0 + milliseconds(1500), t0 + milliseconds(22500)) == Approx(20.0));
+  CHECK(live.SilentFor(10, t0 + milliseconds(22500)).empty());
+  CHECK(live.Heard("a", t0 + seconds(25)));
+  auto last = t0 + milliseconds(22500);
+  const auto turns_until = [&](int end) {
+    for (int t = static_cast<int>(std::chrono::duration_cast<seconds>(last - t0).count()) + 1; t <= end; ++t) {
+      CHECK(turn(last, t0 + seconds(t)) == 0);
+      last = t0 + seconds(t);
+    }
+  };
+  turns_until(32);
+  CHECK(live.SilentFor(10, t0 + seconds(32)).empty());
+  // A shorter stretch (0.6 s while handling a message, between two waits) is credited as it is: b goes from
+  // t0 + 22.5 to t0 + 23.1, a from t0 + 25 to t0 + 25.6.
+  CHECK(turn(t0 + milliseconds(32600), t0 + seconds(33)) == Approx(0.6));
+  last = t0 + seconds(33);
+  CHECK(live.SilentFor(10, t0 + seconds(33)).empty());  // b: 9.9 s (10.5 without the credit)
+  CHECK(turn(last, t0 + milliseconds(33500)) == 0);
+  last = t0 + milliseconds(33500);
+  CHECK(live.SilentFor(10, t0 + milliseconds(33500)) == std::vector<std::string>{"b"});
+  turns_until(36);
+  CHECK(live.SilentFor(10, t0 + seconds(36)).size() == 2);
+}
+
+TEST_CASE("WorkerConnection: a worker's later connections are told from other workers", "[registry]") {
+  const auto of = [](const std::string& id) {
+    const WorkerConnection c = WorkerConnection::Of(id);
+    return std::make_pair(c.process, c.connection);
+  };
+  CHECK(of("worker-host-3-1234") == std::make_pair(std::string("worker-host-3-1234"), int64_t{0}));
+  CHECK(of("worker-host-3-1234-c2") == std::make_pair(std::string("worker-host-3-1234"), int64_t{2}));
+  CHECK(of("worker-host-c-3-1234") == std::make_pair(std::string("worker-host-c-3-1234"), int64_t{0}));
+  CHECK(of("w-c") == std::make_pair(std::string("w-c"), int64_t{0}));
+  CHECK(of("-c5") == std::make_pair(std::string("-c5"), int64_t{0}));
+  CHECK(of("w-c1x") == std::make_pair(std::string("w-c1x"), int64_t{0}));
+  CHECK(of("w-c99999999999999999999").second == 0);  // too many digits: not a connection number
+
+  FarmConfig config = Config();
+  WorkerRegistry registry(config);
+  const NormalizerOptions none;
+  Handshake hs;
+  REQUIRE(registry.CheckHello("w1", MakeHello(), none, &hs).ok());
+  registry.SetRun(RunSpec{"Test-v0", kObs, kAct, 1, std::nullopt});
+  registry.Add("w1", hs, {0});
+  registry.Add("w1-c3", hs, {1});
+  registry.Add("w1-c1", hs, {2});
+  registry.Add("w10", hs, {3});
+  registry.Add("w2-c1", hs, {4});
+  CHECK(registry.OtherConnections("w1-c4") == std::vector<std::string>{"w1", "w1-c1", "w1-c3"});
+  CHECK(registry.OtherConnections("w1-c1") == std::vector<std::string>{"w1", "w1-c3"});
+  CHECK(registry.OtherConnections("w2") == std::vector<std::string>{"w2-c1"});
+  CHECK(registry.OtherConnections("w3").empty());
+}
+
 TEST_CASE("ThreadActivity: what a thread is busy with, nested activities resume", "[liveness]") {
   ThreadActivity activity;
   const auto now = ThreadActivity::Clock::now();

@@ -354,6 +354,21 @@ Status FindLatestValidCheckpoint(const std::string& dir, std::string* path, std:
 
 namespace {
 
+// The "counters" and "wall_seconds" entries (may throw c10::Error).
+Status ReadCounters(torch::serialize::InputArchive& archive, const std::string& path, TrainingCounters* c) {
+  torch::Tensor counters, wall;
+  archive.read("counters", counters);
+  archive.read("wall_seconds", wall);
+  if (counters.numel() != 4) return Status::InvalidArgument(path + ": counters have the wrong size");
+  auto a = counters.accessor<int64_t, 1>();
+  c->env_steps = a[0];
+  c->updates = a[1];
+  c->policy_version = a[2];
+  c->episodes = a[3];
+  c->wall_seconds = wall.item<double>();
+  return Status::Ok();
+}
+
 // LoadCheckpoint with an optional map location (LoadPolicy reads CUDA-written checkpoints on the CPU).
 Status LoadCheckpointTo(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
                         TrainingCounters* c, LossScaler* scaler, RunState* state,
@@ -373,16 +388,7 @@ Status LoadCheckpointTo(const std::string& path, ActorCritic& policy, torch::opt
       archive.read("optimizer", optimizer_archive);
       optimizer->load(optimizer_archive);
     }
-    torch::Tensor counters, wall;
-    archive.read("counters", counters);
-    archive.read("wall_seconds", wall);
-    if (counters.numel() != 4) return Status::InvalidArgument(path + ": counters have the wrong size");
-    auto a = counters.accessor<int64_t, 1>();
-    c->env_steps = a[0];
-    c->updates = a[1];
-    c->policy_version = a[2];
-    c->episodes = a[3];
-    c->wall_seconds = wall.item<double>();
+    if (auto s = ReadCounters(archive, path, c); !s.ok()) return s;
     if (scaler) {
       // Optional: checkpoints written before mixed precision (or without a scaler) have no such entry.
       torch::serialize::InputArchive scaler_archive;
@@ -403,6 +409,19 @@ Status LoadCheckpointTo(const std::string& path, ActorCritic& policy, torch::opt
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
                       TrainingCounters* c, LossScaler* scaler, RunState* state) {
   return LoadCheckpointTo(path, policy, optimizer, c, scaler, state, std::nullopt);
+}
+
+Status ReadCheckpointProgress(const std::string& path, TrainingCounters* counters, RunState* state) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, torch::Device(torch::kCPU));
+    if (auto s = ReadCounters(archive, path, counters); !s.ok()) return s;
+    *state = RunState();
+    if (auto s = ReadRunState(archive, path, state); !s.ok()) return s;
+  } catch (const c10::Error& e) {
+    return Status::IoError(fmt::format("{}: cannot read checkpoint: {}", path, e.what_without_backtrace()));
+  }
+  return Status::Ok();
 }
 
 Status ReadCheckpointConfig(const std::string& path, std::string* yaml) {

@@ -102,6 +102,9 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointBytes& bytes, int
 Status LoadCheckpoint(const std::string& path, ActorCritic& policy, torch::optim::Optimizer* optimizer,
                       TrainingCounters* counters, LossScaler* scaler = nullptr, RunState* state = nullptr);
 
+// The counters and run state of the checkpoint at `path`, without its policy or optimizer: a resumed learner's
+// figures from its start, before the first worker's Hello builds the policy. Generator states are read on the CPU.
+Status ReadCheckpointProgress(const std::string& path, TrainingCounters* counters, RunState* state);
 // The normaliser statistics stored in a checkpoint ("normalizer"); NotFound when it holds none (written
 // before checkpoints stored them). Reads nothing else.
 Status ReadCheckpointNormalizer(const std::string& path, RunningMoments* obs, RunningMoments* ret);

@@ -1,6 +1,8 @@
 // Who was heard from when, and what a thread is busy with.
 #include "learner/serve/liveness.h"
 
+#include <algorithm>
+
 namespace farm {
 
 void Liveness::Admit(const std::string& identity, Clock::time_point now) {
@@ -21,9 +23,21 @@ bool Liveness::Heard(const std::string& identity, Clock::time_point now) {
   return true;
 }
 
+double Liveness::Listening(Clock::time_point waited_from, Clock::duration wait, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Clock::duration lost = std::max(Clock::duration::zero(), now - waited_from - wait);
+  if (last_listening_) lost += std::max(Clock::duration::zero(), waited_from - *last_listening_);
+  if (!last_listening_ || now > *last_listening_) last_listening_ = now;
+  if (lost <= kNotRunningSlack) return 0;
+  const bool stopped = lost >= kStoppedAtLeast;
+  for (auto& [identity, heard] : last_heard_) heard = stopped ? now : std::min(now, heard + lost);
+  return std::chrono::duration<double>(lost).count();
+}
+
 std::vector<std::string> Liveness::SilentFor(double seconds, Clock::time_point now) const {
   std::vector<std::string> out;
   std::lock_guard<std::mutex> lock(mu_);
+  if (last_listening_ && *last_listening_ < now) now = *last_listening_;
   for (const auto& [identity, heard] : last_heard_)
     if (std::chrono::duration<double>(now - heard).count() > seconds) out.push_back(identity);
   return out;

@@ -6,9 +6,22 @@
 // ThreadActivity: what one thread is doing and since when, so that another
 // thread can say when it stalls (which thread, in what, for how long).
 //
+// A learner that was itself stopped (SIGSTOP, a paused VM, a host starved
+// of CPU) heard nothing while it was: its I/O thread reports every turn of
+// its loop (Listening(): when it started waiting, for how long at most, and
+// when the wait ended), and the time it was not running (a wait that ended
+// late, or a late start of the next wait) is credited to every admitted
+// worker, so that the learner's own silence is never counted as theirs. A
+// stop of kStoppedAtLeast or more gives every worker a whole
+// heartbeat timeout from the learner's waking: a worker that took the
+// learner for gone is connecting again (WorkerClient's backoff), and its new
+// connection replaces the old one when its Hello arrives.
+// Silence is measured up to the I/O thread's latest turn, so a check made on
+// waking, before the I/O thread has turned, drops no one either.
+//
 // Threading: both are thread-safe. Liveness: the I/O thread calls Heard()
-// for every message; the inference thread calls Admit(), Forget() and
-// SilentFor(). ThreadActivity: its own thread calls Begin()/End(), any
+// for every message and Listening() at every turn; the inference thread
+// calls Admit(), Forget() and SilentFor(). ThreadActivity: its own thread calls Begin()/End(), any
 // thread reads BusyFor().
 #pragma once
 
@@ -32,13 +45,24 @@ class Liveness {
   void Forget(const std::string& identity);
   // A message from `identity` arrived at `now`; returns whether it is admitted.
   bool Heard(const std::string& identity, Clock::time_point now);
-  // Admitted workers not heard from for more than `seconds` at `now`.
+  // The I/O thread waited for messages from `waited_from` for at most `wait`, and is listening again at `now`.
+  // The time it did not run since its previous turn (the wait's overrun, and the time between that turn and
+  // `waited_from`), when over kNotRunningSlack, is credited to every admitted worker and returned in seconds
+  // (0 normally).
+  double Listening(Clock::time_point waited_from, Clock::duration wait, Clock::time_point now);
+  // Shorter stretches are the scheduler's ordinary delays, not a stopped learner.
+  static constexpr std::chrono::milliseconds kNotRunningSlack{250};
+  // A stretch this long is a stopped learner: every worker counts as heard when it wakes.
+  static constexpr std::chrono::seconds kStoppedAtLeast{1};
+  // Admitted workers not heard from for more than `seconds` of the learner's listening, up to `now` (or up to
+  // the I/O thread's latest turn, when that is earlier).
   std::vector<std::string> SilentFor(double seconds, Clock::time_point now) const;
   std::size_t size() const;
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, Clock::time_point> last_heard_;  // GUARDED_BY(mu_)
+  std::optional<Clock::time_point> last_listening_;                // GUARDED_BY(mu_); none before the first turn
 };
 
 class ThreadActivity {

@@ -175,8 +175,14 @@ void RouterLoop::Loop() {
   };
   try {
     while (true) {
+      const auto waited_from = Clock::now();
       zmq::poll(items, 3, kWatchInterval);
       const auto now = Clock::now();
+      // A wait that ended late, or began late: the process did not run (SIGSTOP, a paused VM).
+      if (const double lost = liveness_->Listening(waited_from, kWatchInterval, now); lost > 0 && !shutting_down_.load())
+        spdlog::warn("the learner did not run for {:.1f} s (stopped, or starved of CPU): its workers' silence in that "
+                     "time is not held against them",
+                     lost);
       if (now - last_watch >= kWatchInterval) {
         last_watch = now;
         CheckStall();

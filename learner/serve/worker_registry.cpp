@@ -1,6 +1,8 @@
 // Admission of workers and of their requests.
 #include "learner/serve/worker_registry.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -79,6 +81,31 @@ std::optional<WorkerState> WorkerRegistry::Remove(const std::string& identity) {
 WorkerState* WorkerRegistry::Find(const std::string& identity) {
   const auto it = workers_.find(identity);
   return it == workers_.end() ? nullptr : &it->second;
+}
+
+WorkerConnection WorkerConnection::Of(const std::string& identity) {
+  const auto dash = identity.rfind("-c");
+  if (dash != std::string::npos && dash > 0) {
+    const std::string digits = identity.substr(dash + 2);
+    if (!digits.empty() && digits.size() <= 18 &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return {identity.substr(0, dash), std::stoll(digits)};
+  }
+  return {identity, 0};
+}
+
+std::vector<std::string> WorkerRegistry::OtherConnections(const std::string& identity) const {
+  const WorkerConnection self = WorkerConnection::Of(identity);
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const auto& [id, ws] : workers_) {
+    if (id == identity) continue;
+    const WorkerConnection other = WorkerConnection::Of(id);
+    if (other.process == self.process) found.emplace_back(other.connection, id);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [n, id] : found) out.push_back(std::move(id));
+  return out;
 }
 
 Status WorkerRegistry::CheckStep(const WorkerState& ws, const wire::StepRequest& req) const {

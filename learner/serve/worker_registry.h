@@ -44,6 +44,14 @@ struct WorkerState {
   std::optional<std::chrono::steady_clock::time_point> last_non_finite_warning;
 };
 
+// Which connection of which worker process an identity is: a worker that connects again (the learner went silent,
+// or answered UNKNOWN_WORKER) says Hello as "<its first identity>-cN" (WorkerClient, farm_worker.py).
+struct WorkerConnection {
+  std::string process;  // the first identity
+  int64_t connection = 0;  // N; 0 for the first identity
+  static WorkerConnection Of(const std::string& identity);
+};
+
 class WorkerRegistry {
  public:
   explicit WorkerRegistry(const FarmConfig& config);
@@ -65,6 +73,8 @@ class WorkerRegistry {
   // Forgets a worker; returns what it had (nullopt when unknown).
   std::optional<WorkerState> Remove(const std::string& identity);
   WorkerState* Find(const std::string& identity);
+  // The admitted identities of the same worker process as `identity` (other connections of it), oldest first.
+  std::vector<std::string> OtherConnections(const std::string& identity) const;
   std::size_t size() const { return workers_.size(); }
   int total_groups() const { return total_groups_; }
   const std::map<std::string, WorkerState>& workers() const { return workers_; }
