@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# scripts/slurm/farm.sbatch under a real Slurm (Debian's slurm-wlm and munge): a one-machine cluster of this
+# test's own (munged, slurmctld and slurmd on free ports, their state under $tmp, stopped and removed at the
+# end), then, submitted as docs/OPERATIONS.md shows it (sbatch from a submit directory with configs/ and
+# scripts/, FARM_BUILD_DIR for the binaries):
+#  1. CartPole trains to its target; the job ends COMPLETED; runs/<name>-*/ holds summary.json and the
+#     checkpoints, and farm-<jobid>.out the job's output;
+#  2. scancel of a long job mid-run: the job ends CANCELLED, the learner wrote a final checkpoint of its last
+#     update and a summary whose stop_reason names SIGTERM;
+#  3. one worker task killed (kill -9) inside the job: the learner drops it and trains on with the other to
+#     the run's step budget, and the job ends COMPLETED.
+# Exit status 77 (said so) only when the daemons cannot run here (not root, or they exit at start).
+# Usage: slurm_test.sh BUILD_DIR
+build_dir="$(cd "$1" && pwd)"
+source "$(dirname "$0")/lib.sh"
+skip() { echo "SKIP: $*"; exit 77; }
+for bin in munged slurmctld slurmd sbatch scontrol scancel squeue sinfo; do
+  command -v "$bin" >/dev/null || fail "$bin not found (apt-get install -y slurm-wlm munge; scripts/farm test --slurm does)"
+done
+[ "$(id -u)" -eq 0 ] || skip "slurmd must run as root to start jobs as their user; this test runs as $(id -un)"
+for bin in farm-learner farm-worker; do
+  [ -x "$build_dir/${bin#farm-}/$bin" ] || fail "$build_dir/${bin#farm-}/$bin not built"
+done
+
+cluster="$tmp/slurm"
+mkdir -p "$cluster/munge" "$cluster/state" "$cluster/spool" "$cluster/log"
+chmod 700 "$cluster/munge"
+head -c 1024 /dev/urandom > "$cluster/munge/munge.key"
+chmod 400 "$cluster/munge/munge.key"
+socket="$cluster/munge/socket"
+munged --foreground --force --key-file="$cluster/munge/munge.key" --socket="$socket" \
+  --pid-file="$cluster/munge/munged.pid" --seed-file="$cluster/munge/seed" --log-file="$cluster/log/munged.log" \
+  > "$cluster/log/munged.out" 2>&1 &
+pids+=($!)
+wait_until 10 test -S "$socket" || { cat "$cluster/log/munged.log" 2>/dev/null; skip "munged did not start"; }
+
+# The node is "localhost" (slurmd -N): the workers reach the learner at tcp://<first node>:PORT, and this machine's
+# own host name may not resolve.
+node=localhost
+export SLURM_CONF="$cluster/slurm.conf"
+cat > "$SLURM_CONF" <<EOF
+ClusterName=farmtest
+SlurmctldHost=$node(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$socket
+CredType=cred/munge
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+StateSaveLocation=$cluster/state
+SlurmdSpoolDir=$cluster/spool
+SlurmctldPidFile=$cluster/slurmctld.pid
+SlurmdPidFile=$cluster/slurmd.pid
+SlurmctldLogFile=$cluster/log/slurmctld.log
+SlurmdLogFile=$cluster/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+KillWait=30
+MinJobAge=600
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=farm Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+slurmctld -D -f "$SLURM_CONF" > "$cluster/log/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D -N "$node" -f "$SLURM_CONF" > "$cluster/log/slurmd.out" 2>&1 &
+pids+=($!)
+idle() { [ "$(sinfo -h -N -o %T 2>/dev/null)" = idle ]; }
+if ! wait_until 30 idle; then
+  tail -n 20 "$cluster"/log/*
+  skip "the Slurm daemons did not bring the node up (sinfo: $(sinfo -h -N -o %T 2>&1))"
+fi
+# Jobs still running at the end are cancelled before the daemons are stopped (lib.sh's cleanup).
+cleanup_extra() {
+  scancel --full --quiet "${jobs[@]}" 2>/dev/null || true
+  wait_until 40 bash -c '[ -z "$(squeue -h -o %i 2>/dev/null)" ]' || true
+}
+jobs=()
+echo "slurm: $(sinfo -h -N -o '%N %T %c CPUs') (slurm-wlm $(sinfo -V | cut -d' ' -f2))"
+
+# The submit directory as a user's checkout would be: configs/ and scripts/ (linked), runs/ written there.
+submit="$tmp/submit"
+mkdir -p "$submit"
+ln -s "$root/configs" "$submit/configs"
+ln -s "$root/scripts" "$submit/scripts"
+export FARM_BUILD_DIR="$build_dir"
+cd "$submit"
+
+# submit NAME ARGS...: sbatch as the docs show it, on one node; sets $job to the job's id.
+submit() {
+  local name="$1"
+  shift
+  job="$(FARM_PORT="$(free_port)" sbatch --parsable --nodes=1 --job-name="$name" scripts/slurm/farm.sbatch "$@")"
+  jobs+=("$job")
+}
+state() { scontrol show job "$1" -o 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+ended() { case "$(state "$1")" in PENDING | RUNNING | CONFIGURING | COMPLETING | SUSPENDED | "") return 1 ;; esac; }
+# wait_state ID STATE SECONDS
+wait_state() {
+  wait_until "$3" ended "$1" || { tail -n 30 "farm-$1.out"; fail "job $1 still $(state "$1") after $3 s"; }
+  [ "$(state "$1")" = "$2" ] || { cat "farm-$1.out"; fail "job $1 ended $(state "$1"), expected $2"; }
+}
+# run_of NAME: the job's run directory (runs/NAME-<time>).
+run_of() { find runs -maxdepth 1 -name "$1-*" -type d -print -quit 2>/dev/null; }
+rows() { local r; r="$(run_of "$1")"; [ -n "$r" ] && [ -f "$r/metrics.jsonl" ] && wc -l < "$r/metrics.jsonl" || echo 0; }
+# wait_rows NAME N: until job $job's run NAME has N metrics rows (120 s at most); fails at once if the job ends.
+wait_rows() {
+  local deadline=$((SECONDS + 120))
+  until [ "$(rows "$1")" -ge "$2" ]; do
+    ! ended "$job" || { cat "farm-$job.out"; fail "job $job ended $(state "$job") before $2 updates"; }
+    [ "$SECONDS" -lt "$deadline" ] || { tail -n 30 "farm-$job.out"; fail "job $job did not reach $2 updates"; }
+    sleep 0.2
+  done
+}
+
+# 1. Trains to the end.
+t0=$SECONDS
+submit farm-target configs/cartpole.yaml --set name=target
+wait_state "$job" COMPLETED 240
+run="$(run_of target)"
+[ -n "$run" ] || fail "job $job left no runs/target-* in the submit directory"
+[ -f "farm-$job.out" ] || fail "no farm-$job.out in the submit directory"
+grep -q "starting $(nproc) workers on each of 1 nodes" "farm-$job.out" || { cat "farm-$job.out"; fail "the script did not start the workers as it says"; }
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "mean_return_100", "workers", "stop_reason")}))
+assert s["stop_reason"].startswith("reached target_return"), s["stop_reason"]
+assert s["mean_return_100"] >= 475, s["mean_return_100"]
+latest = open(os.path.join(run, "checkpoints", "latest")).read().strip()
+assert os.path.exists(os.path.join(run, "checkpoints", latest)), latest
+assert latest == "ckpt-%08d.pt" % s["updates"], (latest, s["updates"])
+PY
+echo "ok: job $job trained CartPole to its target and ended COMPLETED ($((SECONDS - t0)) s)"
+
+# 2. scancel mid-run.
+t0=$SECONDS
+submit farm-cancel configs/cartpole.yaml --set name=cancel --set total_env_steps=100000000 --set stop_at_target=false
+wait_rows cancel 5
+scancel "$job"
+wait_state "$job" CANCELLED 60
+run="$(run_of cancel)"
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "updates", "stop_reason")}))
+assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
+latest = open(os.path.join(run, "checkpoints", "latest")).read().strip()
+assert latest == "ckpt-%08d.pt" % s["updates"], ("the final checkpoint is of the last update", latest, s["updates"])
+PY
+echo "ok: scancel of job $job left a final checkpoint and a summary ($((SECONDS - t0)) s)"
+
+# 3. A worker task killed inside the job.
+t0=$SECONDS
+submit farm-kill configs/cartpole.yaml --set name=kill --set total_env_steps=300000 --set stop_at_target=false \
+  --set transport.heartbeat_timeout_s=3
+wait_rows kill 3
+victim="$(pgrep -f -- "farm-worker --config configs/cartpole.yaml --learner .* --index 1 .*name=kill" || true)"
+[ -n "$victim" ] || { ps -ef | grep farm- >&2; fail "no worker task with --index 1 in job $job"; }
+kill -9 $victim
+wait_state "$job" COMPLETED 240
+run="$(run_of kill)"
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "workers", "workers_lost", "stop_reason")}))
+assert s["env_steps"] >= 300000 and s["stop_reason"].startswith("reached total_env_steps"), s
+assert s["workers_lost"] == 1, s
+PY
+echo "ok: job $job survived a killed worker task and ended COMPLETED ($((SECONDS - t0)) s)"
