@@ -78,3 +78,27 @@ farm_python() {
   done
   fail "no python3 here can import zmq and google.protobuf (apt-get install -y python3-zmq python3-protobuf)"
 }
+# netns_pair TAG: two network namespaces, $ns_l (TAG-l, the learner's) and $ns_w (TAG-w, the workers'), joined by a
+# veth pair (TAGa in $ns_l at $addr_l, TAGb in $ns_w at $addr_w), loopbacks up. Status 1, with nothing made, when
+# namespaces cannot be created here. netns_pair_remove undoes it (call it from cleanup_extra).
+netns_pair() {
+  local tag="$1" net
+  ns_l="${tag}-l" ns_w="${tag}-w"
+  net="10.$((100 + $$ % 100)).$((($$ / 100) % 250))"
+  addr_l="$net.1" addr_w="$net.2"
+  ip netns add "$ns_l" 2>/dev/null || return 1
+  ip netns add "$ns_w"
+  ip link add "${tag}a" type veth peer name "${tag}b"
+  ip link set "${tag}a" netns "$ns_l"
+  ip link set "${tag}b" netns "$ns_w"
+  ip -n "$ns_l" addr add "$addr_l/24" dev "${tag}a"
+  ip -n "$ns_w" addr add "$addr_w/24" dev "${tag}b"
+  ip -n "$ns_l" link set lo up
+  ip -n "$ns_w" link set lo up
+  ip -n "$ns_l" link set "${tag}a" up
+  ip -n "$ns_w" link set "${tag}b" up
+}
+netns_pair_remove() {
+  ip netns del "${ns_l:-}" 2>/dev/null || true
+  ip netns del "${ns_w:-}" 2>/dev/null || true
+}

@@ -3,36 +3,13 @@
 # separate network namespaces joined by a veth pair, and talk over TCP.
 # Exits 77 (CTest: skipped) without root or iproute2.
 # Usage: netns_test.sh BUILD_DIR
-set -euo pipefail
 build_dir="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/lib.sh"
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
   echo "skipped: needs root and iproute2 (ip netns)"; exit 77
 fi
-tag="farm$$"
-ns_l="${tag}-l" ns_w="${tag}-w"
-net="10.$((100 + $$ % 100)).$((($$ / 100) % 250)).0"
-addr_l="${net%.0}.1" addr_w="${net%.0}.2"
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  ip netns del "$ns_l" 2>/dev/null || true
-  ip netns del "$ns_w" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-if ! ip netns add "$ns_l" 2>/dev/null; then echo "skipped: cannot create network namespaces here"; exit 77; fi
-ip netns add "$ns_w"
-ip link add "${tag}a" type veth peer name "${tag}b"
-ip link set "${tag}a" netns "$ns_l"
-ip link set "${tag}b" netns "$ns_w"
-ip -n "$ns_l" addr add "$addr_l/24" dev "${tag}a"
-ip -n "$ns_w" addr add "$addr_w/24" dev "${tag}b"
-for ns in "$ns_l" "$ns_w"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_l" link set "${tag}a" up
-ip -n "$ns_w" link set "${tag}b" up
+cleanup_extra() { netns_pair_remove; }
+netns_pair "farm$$" || { echo "skipped: cannot create network namespaces here"; exit 77; }
 
 config="$root/configs/cartpole.yaml"
 common=(--set total_env_steps=20000 --set stop_at_target=false --set learner.progress_interval_s=100)

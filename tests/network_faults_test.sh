@@ -28,23 +28,8 @@ fi
 command -v iptables >/dev/null || fail "iptables not found (apt-get install -y iptables; scripts/farm test installs it)"
 py="$(farm_python)"
 tag="nf$$"
-ns_l="${tag}-l" ns_w="${tag}-w"
-net="10.$((100 + $$ % 100)).$((($$ / 100) % 250)).0"
-addr_l="${net%.0}.1" addr_w="${net%.0}.2"
-cleanup_extra() {
-  ip netns del "$ns_l" 2>/dev/null || true
-  ip netns del "$ns_w" 2>/dev/null || true
-}
-if ! ip netns add "$ns_l" 2>/dev/null; then echo "skipped: cannot create network namespaces here"; exit 77; fi
-ip netns add "$ns_w"
-ip link add "${tag}a" type veth peer name "${tag}b"
-ip link set "${tag}a" netns "$ns_l"
-ip link set "${tag}b" netns "$ns_w"
-ip -n "$ns_l" addr add "$addr_l/24" dev "${tag}a"
-ip -n "$ns_w" addr add "$addr_w/24" dev "${tag}b"
-for ns in "$ns_l" "$ns_w"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_l" link set "${tag}a" up
-ip -n "$ns_w" link set "${tag}b" up
+cleanup_extra() { netns_pair_remove; }
+netns_pair "$tag" || { echo "skipped: cannot create network namespaces here"; exit 77; }
 
 common=(--set "mode=$mode" --set stop_at_target=false --set learner.progress_interval_s=100)
 # run_case NAME STEPS ENDPOINT [DURING...]: a learner and two workers; DURING (a command) runs while they do.
