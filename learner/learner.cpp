@@ -24,12 +24,12 @@ namespace farm {
 using namespace learner_internal;
 namespace {
 
-// For a resumed run whose transport.bind is tcp://HOST:* (the port left to the system, as by default): that bind
-// with the port its previous learner listened on (run_dir/learner.endpoint). Empty when the bind names a port, or
-// the run has no such file.
 // How long a resumed learner tries to bind its previous learner's port while something else holds it.
 constexpr std::chrono::seconds kRebindPatience{3};
 
+// For a resumed run whose transport.bind is tcp://HOST:* (the port left to the system, as by default): that bind
+// with the port its previous learner listened on (run_dir/learner.endpoint). Empty when the bind names a port, or
+// the run has no such file.
 std::string PreviousLearnerBind(const FarmConfig& config) {
   const std::string& bind = config.transport.bind;
   if (bind.rfind("tcp://", 0) != 0 || bind.size() < 2 || bind.compare(bind.size() - 2, 2, ":*") != 0) return "";

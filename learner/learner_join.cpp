@@ -300,16 +300,21 @@ void Learner::Impl::CheckWorkers() {
   if (Seconds(now - reporting.last_worker_check) < 0.5 * config.transport.heartbeat_interval_s) return;
   reporting.last_worker_check = now;
   PhaseTimer timer(stats, Phase::kReport);
-  for (const auto& id : liveness.SilentFor(config.transport.heartbeat_timeout_s, now))
+  const auto silent = liveness.SilentFor(config.transport.heartbeat_timeout_s, now);
+  for (const auto& id : silent)
     RemoveWorker(id,
                  fmt::format("silent for more than {} s (transport.heartbeat_timeout_s: no message of it reached "
                              "the learner)",
                              config.transport.heartbeat_timeout_s),
                  Departure::kLost);
+  if (silent.empty()) return;
+  MaybeHandOff();  // without them, the rollout may be full
+  UpdateReadyHint();
 }
 
 // Forgets a worker: its partial trajectories leave the rollout, its held requests are dropped, and the others go
-// on (the rollout may now be full).
+// on. The caller hands the rollout off if it is now full (MaybeHandOff): not in the middle of a batch, whose
+// requests taken so far are served first.
 void Learner::Impl::RemoveWorker(const std::string& identity, const std::string& why, Departure departure) {
   liveness.Forget(identity);
   const std::optional<WorkerState> ws = registry.Remove(identity);
@@ -324,8 +329,6 @@ void Learner::Impl::RemoveWorker(const std::string& identity, const std::string&
     ++stats.workers_replaced;
     spdlog::info("dropped worker {}: {}", identity, why);
   }
-  MaybeHandOff();
-  UpdateReadyHint();
 }
 
 }  // namespace farm
