@@ -16,6 +16,14 @@
 #          protocol on the GPU);
 #   e2e, update, train, infer, matmul: the CartPole checks of issues 3 and 4 (per-precision end to end, PPO
 #          update samples/s, 16-worker throughput, inference rows/s, matmul peak).
+#   core   recurrent policies on the GPU (issue 27): CartPoleNoVel-v1 with a GRU in fp16 (100k steps) and
+#          MemoryCue-v0 (delay 32) with a GRU in bf16, side by side, each with farm-eval; then uav_coverage with
+#          the cnn encoder and a GRU, 16 workers async (bf16) and 64 workers sync, as the scale runs
+#          (FARM_GPU_CORE_SCALE_RUNS, WORKERS:MODE:KEY=VALUE,... each);
+#   encoders  issue 31's learning comparison: uav_coverage with the built-in cnn, `impala` and the cnn written in
+#          PyTorch (examples/models/encoders.py), the seeds of FARM_GPU_ENC_SEEDS (default "1 2 3") all side by
+#          side, FARM_GPU_ENC_WORKERS workers (default 4) x 8 envs, FARM_GPU_ENC_STEPS env steps (default 500000),
+#          then farm-eval's deterministic coverage (100 episodes, one per new cell, no penalty) of each;
 #   seeds  (--seeds-workload) the seeds' workload, issue 29's table: uav_coverage, cnn encoder, 16 workers x 32
 #          envs (4 groups), async, batches of up to 8192 rows, before (the source in $FARM_GPU_BEFORE, a tarball
 #          of an earlier commit, built beside this one) and after (this build) with each acting change on its own
@@ -96,8 +104,10 @@ export LD_LIBRARY_PATH="$TORCH_LIB:$LD_LIBRARY_PATH"
 ls "$(dirname "$TORCH_LIB")/include" | tr '\n' ' '; echo
 
 # The programs and the tests that exercise CUDA; everything else is covered by CI on the CPU.
-TARGETS="${FARM_GPU_TARGETS:-farm-learner farm-worker farm-bench cuda_graph_test ppo_graph_test trajectory_store_test
-  learner_protocol_test centralised_critic_test multi_discrete_test amp_test}"
+TARGETS="${FARM_GPU_TARGETS:-farm-learner farm-worker farm-bench farm-eval cuda_graph_test ppo_graph_test
+  trajectory_store_test learner_protocol_test centralised_critic_test multi_discrete_test amp_test recurrent_test
+  scripted_encoder_test encoder_test}"
+before_pid=""
 if [ -n "${FARM_GPU_BIN:-}" ]; then
   say "build skipped: binaries from $FARM_GPU_BIN"
   mkdir -p "$BUILD" && tar xzf "$FARM_GPU_BIN" -C "$BUILD" || { fig "FAIL unpack $FARM_GPU_BIN"; exit 1; }
@@ -114,7 +124,6 @@ grep -m 30 -E "FARM_WITH_CUDA|CUDA|Torch|Error|error" "$D/configure.txt"
 [ $rc -eq 0 ] || { fig "FAIL configure (rc $rc)"; tail -40 "$D/configure.txt"; exit 1; }
 
 # The before column's source, built beside this one (learner and worker only), in the background.
-before_pid=""
 if [ -n "$BEFORE_TGZ" ] && [ -f "$BEFORE_TGZ" ]; then
   say "before: building $BEFORE_TGZ in $BEFORE_BUILD (background)"
   rm -rf "$BEFORE_SRC" && mkdir -p "$BEFORE_SRC" && tar xzf "$BEFORE_TGZ" -C "$BEFORE_SRC"
@@ -133,7 +142,7 @@ rc=$?
 grep -m 40 -E "error|Error" "$D/build.txt"
 fig "build rc $rc in $(($(date +%s) - START)) s"
 # The binaries (not the objects), for a second call that skips the build (FARM_GPU_BIN).
-(cd "$BUILD" && tar czf "$OUT/gpu-bin.tgz" learner/farm-learner worker/farm-worker bench/farm-bench \
+(cd "$BUILD" && tar czf "$OUT/gpu-bin.tgz" learner/farm-learner worker/farm-worker bench/farm-bench tools/farm-eval \
   $(for t in $TARGETS; do [ -x "tests/$t" ] && echo "tests/$t"; done) python 2>/dev/null)
 ls -la "$OUT/gpu-bin.tgz"
 fi
@@ -185,7 +194,7 @@ for line in open(smi):
         util.append(float(parts[1]))
 busy = sum(util) / len(util) if util else float("nan")
 keys = ["env_steps", "sps", "agent_sps", "updates", "update_path", "batch_rows_avg", "workers_joined",
-        "workers_lost", "rejoins", "connections_closed", "last_join_seconds", "max_rss_mb", "store_bytes", "device"]
+        "workers_lost", "rejoins", "connections_closed", "last_join_seconds", "max_rss_mb", "memory_estimate_mb", "store_bytes", "device", "precision"]
 t = s["time_seconds"]
 split = " ".join(f"{k}={100 * t[k] / t['total']:.0f}%" for k in ("wait_for_data", "held_for_update", "admit", "gather",
                                                                     "forward", "serve", "handoff", "report", "other"))
@@ -306,7 +315,7 @@ if enough 60 tests; then
   declare -A tpid
   for t in "${TESTS[@]}"; do
     [ -x "$BUILD/tests/$t" ] || { fig "FAIL $t not built"; continue; }
-    timeout 120 "$BUILD/tests/$t" >"$D/test_$t.txt" 2>&1 &
+    timeout "${FARM_GPU_TEST_TIMEOUT:-120}" "$BUILD/tests/$t" >"$D/test_$t.txt" 2>&1 &
     tpid[$t]=$!
   done
   for t in "${!tpid[@]}"; do
@@ -315,6 +324,103 @@ if enough 60 tests; then
     [ $rc -eq 0 ] || grep -B2 -A12 -E "FAILED|failed" "$D/test_$t.txt" | sed -n 1,60p
   done
   grep -h "skipped" "$D"/test_*.txt | sort | uniq -c
+fi
+
+# Learning runs side by side on the one GPU, each evaluated by farm-eval (on the CPU, from its latest checkpoint).
+LEARN_PIDS=()
+LEARN_NAMES=()
+learn_start() {  # NAME CONFIG WORKERS KEY=VALUE...: starts a run in the background
+  local name="$1" config="$2" workers="$3"; shift 3
+  local dir="/tmp/farm-gpu-learn-$name" sets=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  rm -rf "$dir"
+  FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$BUILD" timeout "${LEARN_TIMEOUT:-400}" scripts/farm run "$config" \
+    --workers "$workers" --set run_dir="$dir" --set learner.device=$DEV --set learner.progress_interval_s=10 \
+    "${sets[@]}" >"$D/learn_$name.txt" 2>&1 &
+  LEARN_PIDS+=($!)
+  LEARN_NAMES+=("$name")
+}
+learn_finish() {  # FARM_EVAL_ARGS...: waits for the runs started, evaluates each side by side, a line per run
+  local i name dir
+  for i in "${!LEARN_PIDS[@]}"; do
+    wait "${LEARN_PIDS[$i]}"
+    rc=$?
+    mkdir -p "/tmp/farm-gpu-learn-${LEARN_NAMES[$i]}"
+    echo "$rc" >"/tmp/farm-gpu-learn-${LEARN_NAMES[$i]}/rc"
+  done
+  local eval_pids=()
+  for name in "${LEARN_NAMES[@]}"; do
+    dir="/tmp/farm-gpu-learn-$name"
+    timeout 120 "$BUILD/tools/farm-eval" "$dir" "$@" >"$dir/eval.json" 2>"$D/eval_$name.txt" &
+    eval_pids+=($!)
+  done
+  wait "${eval_pids[@]}"
+  python3 - "$OUT/results.jsonl" "${LEARN_NAMES[@]}" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+for name in sys.argv[2:]:
+    d = f"/tmp/farm-gpu-learn-{name}"
+    try:
+        rc = open(d + "/rc").read().strip()
+    except OSError:
+        rc = "?"
+    try:
+        s = json.load(open(d + "/summary.json"))
+    except Exception as e:
+        print(f"learn {name}: rc {rc}, no summary ({e})"); continue
+    try:
+        ev = json.loads(open(d + "/eval.json").read().strip().splitlines()[-1])
+    except Exception as e:
+        ev = {"error": str(e)}
+    keys = ["env_steps", "wall_seconds", "sps", "updates", "mean_return_100", "solved_at_steps", "solved_at_seconds",
+            "workers_joined", "workers_lost", "max_rss_mb", "memory_estimate_mb", "precision", "acting_precision",
+            "device", "update_path"]
+    row = {"case": "learn", "name": name, "rc": rc, **{k: s.get(k) for k in keys},
+           "eval_mean": ev.get("mean_return"), "eval_std": ev.get("std_return"), "eval_episodes": ev.get("episodes")}
+    print(f"learn {name}: rc {rc}; " + json.dumps({k: v for k, v in row.items() if k not in ("case", "name", "rc")}))
+    with open(sys.argv[1], "a") as f:
+        f.write(json.dumps(row) + "\n")
+PY
+  LEARN_PIDS=()
+  LEARN_NAMES=()
+}
+
+# Recurrent policies on the GPU (issue 27): learning in fp16 and bf16, then the map workload with a GRU at scale.
+if enough 200 core; then
+  say "recurrent policies on the GPU: CartPoleNoVel (GRU, fp16) and MemoryCue delay 32 (GRU, bf16), side by side"
+  LEARN_TIMEOUT=150
+  learn_start novel_gru_fp16 configs/cartpole_novel.yaml 2 seed=1 learner.precision=fp16
+  learn_start cue32_gru_bf16 configs/memory_cue.yaml 2 seed=1 learner.precision=bf16 max_wall_seconds=110
+  learn_finish --episodes 100
+  unset LEARN_TIMEOUT
+  for spec in ${FARM_GPU_CORE_SCALE_RUNS:-16:async:ppo.core=gru,learner.precision=bf16 64:sync:ppo.core=gru}; do
+    IFS=: read -r w mode extra <<<"$spec"
+    IFS=, read -r -a extras <<<"$extra"
+    enough 75 core || break
+    say "uav_coverage cnn with a GRU, $w workers, $mode ${extras[*]}"
+    scale_run "gru_w${w}_$mode" "$w" "${FARM_GPU_SCALE_SECONDS:-30}" mode="$mode" "${extras[@]}"
+  done
+fi
+
+# Issue 31: uav_coverage trained through the built-in cnn, impala and the cnn written in PyTorch, same env steps.
+if enough 200 encoders; then
+  enc="/tmp/farm-gpu-encoders"
+  mkdir -p "$enc"
+  python3 examples/models/encoders.py cnn --shape 5 7 7 --features 128 --out "$enc/uav_actor.pt" &&
+    python3 examples/models/encoders.py cnn --shape 3 32 32 --features 128 --out "$enc/uav_critic.pt" ||
+    fig "FAIL examples/models/encoders.py"
+  steps="${FARM_GPU_ENC_STEPS:-500000}" ew="${FARM_GPU_ENC_WORKERS:-4}"
+  say "uav_coverage encoders: cnn, impala, scripted cnn; seeds ${FARM_GPU_ENC_SEEDS:-1 2 3}; $ew workers; $steps env steps"
+  LEARN_TIMEOUT=$(($(left) - 60))
+  common=(total_env_steps="$steps" max_wall_seconds=$((LEARN_TIMEOUT - 40)) learner.checkpoint_every=50)
+  for seed in ${FARM_GPU_ENC_SEEDS:-1 2 3}; do
+    learn_start "enc_cnn_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" ppo.encoder=cnn "${common[@]}"
+    learn_start "enc_impala_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" ppo.encoder=impala "${common[@]}"
+    learn_start "enc_scripted_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" \
+      ppo.actor_encoder_script="$enc/uav_actor.pt" ppo.critic_encoder_script="$enc/uav_critic.pt" \
+      "ppo.hidden_sizes=[128]" "${common[@]}"
+  done
+  learn_finish --episodes 100 --set env.options.cell_reward=1 --set env.options.collision_penalty=0
+  unset LEARN_TIMEOUT
 fi
 
 # PPO update cost: graphed (ppo.graph_update auto, the default: CUDA graphs from the second update) against the

@@ -469,4 +469,151 @@ TEST_CASE("a PPO update through chunks trains a recurrent policy and refuses the
   CHECK(std::isfinite(low.grad_norm));
 }
 
+#ifdef FARM_WITH_CUDA
+
+// Issue 27 on the GPU: acting with the state, the update's re-run of a chunk, the learner's per-row states served
+// from batches in changing orders, and the PPO update through chunks in each precision.
+TEST_CASE("CUDA: a recurrent policy acts, re-runs its chunks and keeps each row's state on the GPU as on the CPU",
+          "[core][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  const Space obs = Space::Box({4}, {-1}, {1});
+  for (const CoreKind kind : {CoreKind::kGru, CoreKind::kLstm}) {
+    INFO("core " << (kind == CoreKind::kGru ? "gru" : "lstm"));
+    torch::manual_seed(21);
+    PolicyOptions options;
+    options.core = kind;
+    options.core_size = 8;
+    options.critic_core = true;
+    ActorCritic cpu(obs, Space::Discrete(3), std::vector<int>{16}, options);
+    ActorCritic gpu(obs, Space::Discrete(3), std::vector<int>{16}, options);
+    gpu->CopyFrom(*cpu);
+    gpu->to(cuda);
+    const int64_t L = 6, B = 4;
+    torch::Tensor starts = torch::zeros({L, B});
+    starts[3][1] = 1;
+    starts[4][3] = 1;
+    const torch::Tensor state0 = torch::randn({B, cpu->core_state_size()}) * 0.5;
+    std::vector<torch::Tensor> observations, actions, logps, values;
+    torch::Tensor host_state = state0, device_state = state0.to(cuda);
+    {
+      torch::NoGradGuard no_grad;
+      for (int64_t t = 0; t < L; ++t) {
+        const torch::Tensor o = torch::randn({B, 4});
+        host_state = host_state * (1 - starts[t]).unsqueeze(-1);
+        device_state = device_state * (1 - starts[t]).to(cuda).unsqueeze(-1);
+        const ActOutput h = cpu->Act(o, {}, true, true, {}, host_state);
+        const ActOutput d = gpu->Act(o.to(cuda), {}, true, true, {}, device_state);
+        CHECK(d.core_state.device() == cuda);
+        CHECK(d.core_state.scalar_type() == torch::kFloat32);
+        CHECK(torch::equal(d.action.cpu(), h.action));
+        CHECK(Close(d.logp.cpu(), h.logp, 1e-3));
+        CHECK(Close(d.value.cpu(), h.value, 1e-3));
+        CHECK(Close(d.core_state.cpu(), h.core_state, 1e-3));
+        host_state = h.core_state;
+        device_state = d.core_state;
+        observations.push_back(o);
+        actions.push_back(h.action);
+        logps.push_back(h.logp);
+        values.push_back(h.value);
+      }
+    }
+    // The update's re-run of the chunk on the GPU gives the log-probs and values the CPU acted with.
+    const EvalOutput eval = gpu->EvaluateSequence(torch::cat(observations).to(cuda), {}, torch::cat(actions).to(cuda),
+                                                  state0.to(cuda), starts.to(cuda));
+    CHECK(Close(eval.logp.cpu(), torch::cat(logps), 1e-3));
+    CHECK(Close(eval.value.cpu(), torch::cat(values), 1e-3));
+  }
+
+  // The learner's per-row states on the GPU: two streams served in one batch, in changing orders, against each
+  // stream served alone on the CPU.
+  torch::manual_seed(5);
+  FarmConfig config;
+  config.learner.deterministic = true;
+  config.batcher.max_rows = 64;
+  PolicyOptions options;
+  options.core = CoreKind::kGru;
+  options.core_size = 8;
+  ActorCritic policy(kObs, kAction, std::vector<int>{16}, options);
+  ActorCritic on_gpu(kObs, kAction, std::vector<int>{16}, options);
+  on_gpu->CopyFrom(*policy);
+  on_gpu->to(cuda);
+  Acting alone(config, torch::kCPU, Precision::kFp32, kObs, kAction, std::nullopt, 1, policy, nullptr, true);
+  Acting batched(config, cuda, Precision::kFp32, kObs, kAction, std::nullopt, 1, on_gpu, nullptr, true);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int kSteps = 8;
+  std::vector<std::vector<std::unique_ptr<Work>>> reqs(2);
+  for (int s = 0; s < 2; ++s)
+    for (int t = 0; t < kSteps; ++t) {
+      std::vector<float> o(6);
+      for (float& v : o) v = u(rng);
+      std::vector<uint8_t> ended(2, 0);
+      if (t == 4 && s == 1) ended[0] = 1;
+      reqs[s].push_back(Request(s == 0 ? "w1" : "w2", 0, static_cast<uint64_t>(t), o, ended));
+    }
+  std::vector<std::vector<torch::Tensor>> expected(2);
+  for (int s = 0; s < 2; ++s)
+    for (int t = 0; t < kSteps; ++t) expected[s].push_back(Serve(alone, {reqs[s][t].get()}));
+  for (int t = 0; t < kSteps; ++t) {
+    const int first = t % 2;
+    const torch::Tensor logp = Serve(batched, {reqs[first][t].get(), reqs[1 - first][t].get()}).cpu();
+    INFO("step " << t);
+    CHECK(Close(logp.narrow(0, 0, 2), expected[first][t], 1e-3));
+    CHECK(Close(logp.narrow(0, 2, 2), expected[1 - first][t], 1e-3));
+  }
+}
+
+TEST_CASE("CUDA: a PPO update through chunks trains a recurrent policy on the GPU in fp32, fp16 and bf16",
+          "[core][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  const Space obs = Space::Box({3}, {-1}, {1});
+  for (const CoreKind kind : {CoreKind::kGru, CoreKind::kLstm}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+      INFO("core " << (kind == CoreKind::kGru ? "gru" : "lstm") << ", " << PrecisionName(precision));
+      torch::manual_seed(9);
+      PolicyOptions options;
+      options.core = kind;
+      options.core_size = 8;
+      ActorCritic policy(obs, Space::Discrete(2), std::vector<int>{16}, options);
+      policy->to(cuda);
+      PpoConfig config;
+      config.num_minibatches = 2;
+      config.update_epochs = 2;
+      PpoTrainer trainer(policy, config, 1, precision);
+      CHECK_FALSE(trainer.fused());
+      const int64_t T = 8, N = 4, L = 4;
+      Rollout r;
+      r.obs = torch::randn({T, N, 3});
+      r.actions = torch::randint(2, {T, N}, torch::kLong);
+      r.logp = torch::full({T, N}, std::log(0.5f));
+      r.values = torch::zeros({T, N});
+      r.rewards = torch::randn({T, N});
+      r.dones = (torch::rand({T, N}) < 0.2).to(torch::kFloat32);
+      r.last_value = torch::zeros({N});
+      r.core_states = torch::zeros({T / L, N, policy->core_state_size()});
+      r.bptt = L;
+      const torch::Tensor before = policy->parameters()[0].detach().cpu().clone();
+      // fp16's first step may be skipped (the initial loss scale overflows, as GradScaler's does): two updates.
+      PpoStats stats;
+      for (int i = 0; i < 2; ++i) stats = trainer.Update(r, 0);
+      CHECK(stats.samples == T * N);
+      CHECK(std::isfinite(stats.policy_loss));
+      CHECK(std::isfinite(stats.value_loss));
+      CHECK(std::isfinite(stats.grad_norm));
+      CHECK(policy->parameters()[0].device() == cuda);
+      CHECK_FALSE(torch::equal(before, policy->parameters()[0].detach().cpu()));
+    }
+  }
+}
+
+#endif  // FARM_WITH_CUDA
+
 }  // namespace farm

@@ -313,4 +313,85 @@ TEST_CASE("the fused and graphed updates and CUDA-graph acting refuse a script b
                              "'a.pt')"));
 }
 
+#ifdef FARM_WITH_CUDA
+
+// Issue 31 on the GPU: the script's parameters move with the policy, it acts as on the CPU, PPO trains it in each
+// precision, and its checkpoint loads into a CPU policy.
+TEST_CASE("CUDA: a scripted encoder acts on the GPU as on the CPU, trains in fp32, fp16 and bf16, and checkpoints",
+          "[scripted][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  // Exact fp32 on both sides (no TF32 in the convolution or the matrix products) for the comparison.
+  auto& context = at::globalContext();
+  const bool tf32_cudnn = context.allowTF32CuDNN(), tf32_cublas = context.allowTF32CuBLAS();
+  context.setAllowTF32CuDNN(false);
+  context.setAllowTF32CuBLAS(false);
+  testing::TempDir dir("farm-scripted-cuda-test");
+  const Space image = Space::Box({2, 5, 5}, {0.f}, {1.f});
+  PolicyOptions o;
+  o.actor_encoder_script = SaveConv(dir.path + "/actor.pt", 2, 4);
+  o.critic_encoder_script = SaveConv(dir.path + "/critic.pt", 2, 3);
+  torch::manual_seed(4);
+  ActorCritic cpu(image, Space::Discrete(3), std::vector<int>{16}, o);
+  ActorCritic gpu(image, Space::Discrete(3), std::vector<int>{16}, o);
+  gpu->CopyFrom(*cpu);
+  gpu->to(cuda);
+  auto* scripted = gpu->actor_encoder()->ptr(0)->as<ScriptedEncoderImpl>();
+  REQUIRE(scripted != nullptr);
+  CHECK(scripted->script().attr("weight").toTensor().device() == cuda);
+  CHECK(gpu->named_buffers()["actor_encoder.0.scale"].device() == cuda);
+  const torch::Tensor x = torch::rand({6, 2, 5, 5});
+  {
+    torch::NoGradGuard no_grad;
+    const ActOutput h = cpu->Act(x, true);
+    const ActOutput d = gpu->Act(x.to(cuda), true);
+    CHECK(torch::equal(d.action.cpu(), h.action));
+    CHECK(torch::allclose(d.logp.cpu(), h.logp, 1e-4, 1e-4));
+    CHECK(torch::allclose(d.value.cpu(), h.value, 1e-4, 1e-4));
+  }
+  context.setAllowTF32CuDNN(tf32_cudnn);
+  context.setAllowTF32CuBLAS(tf32_cublas);
+
+  for (const Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+    INFO(PrecisionName(precision));
+    torch::manual_seed(4);
+    ActorCritic policy(image, Space::Discrete(3), std::vector<int>{16}, o);
+    policy->to(cuda);
+    const torch::Tensor before = Named(policy, "actor_encoder.0.weight").detach().cpu().clone();
+    const Rollout r = testing::ActedRollout(policy, torch::rand({8 * 4, 2, 5, 5}), {}, 8, 4, cuda);
+    PpoConfig config;
+    config.num_minibatches = 2;
+    config.update_epochs = 2;
+    PpoTrainer trainer(policy, config, 1, precision);
+    // fp16's first step may be skipped (the initial loss scale overflows, as GradScaler's does): two updates.
+    PpoStats stats;
+    for (int i = 0; i < 2; ++i) stats = trainer.Update(r, 0);
+    CHECK(std::isfinite(stats.policy_loss));
+    CHECK(std::isfinite(stats.value_loss));
+    CHECK(stats.approx_kl > 0);
+    const torch::Tensor after = Named(policy, "actor_encoder.0.weight");
+    CHECK(after.device() == cuda);
+    CHECK((after.detach().cpu() - before).abs().max().item<double>() > 0);
+    auto* trained = policy->actor_encoder()->ptr(0)->as<ScriptedEncoderImpl>();
+    REQUIRE(trained != nullptr);
+    CHECK(trained->script().attr("weight").toTensor().is_same(after));
+
+    // Its checkpoint, written from the GPU, loads into a policy built from the same files (farm-eval's LoadPolicy
+    // maps it to the CPU; a resume keeps the device it was written on).
+    torch::optim::Adam optimizer(policy->parameters(), torch::optim::AdamOptions(1e-3));
+    TrainingCounters counters;
+    std::string written;
+    REQUIRE(SaveCheckpoint(dir.path + "/ckpt-" + PrecisionName(precision), policy, optimizer, counters, &written).ok());
+    ActorCritic restored(image, Space::Discrete(3), std::vector<int>{16}, o);
+    TrainingCounters loaded;
+    REQUIRE(LoadCheckpoint(written, restored, nullptr, &loaded).ok());
+    CHECK(torch::equal(testing::FlatParameters(restored).cpu(), testing::FlatParameters(policy).cpu()));
+  }
+}
+
+#endif  // FARM_WITH_CUDA
+
 }  // namespace farm
