@@ -106,7 +106,7 @@ ls "$(dirname "$TORCH_LIB")/include" | tr '\n' ' '; echo
 # The programs and the tests that exercise CUDA; everything else is covered by CI on the CPU.
 TARGETS="${FARM_GPU_TARGETS:-farm-learner farm-worker farm-bench farm-eval cuda_graph_test ppo_graph_test
   trajectory_store_test learner_protocol_test centralised_critic_test multi_discrete_test amp_test recurrent_test
-  scripted_encoder_test encoder_test}"
+  scripted_encoder_test encoder_test export_test}"
 before_pid=""
 if [ -n "${FARM_GPU_BIN:-}" ]; then
   say "build skipped: binaries from $FARM_GPU_BIN"

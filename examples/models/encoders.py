@@ -56,18 +56,35 @@ class Mlp(nn.Module):
         return torch.tanh(self.linear(x.flatten(1)))
 
 
+def farm_init(module):
+    """Orthogonal weights with gain sqrt(2) and zero biases for every Linear and Conv2d (a conv's weight on its
+    [out, in * k * k] view), as the farm initialises its own hidden layers. A script keeps the weights it was
+    saved with, so this is how a scripted copy of a built-in encoder starts where the built-in one does: on
+    uav_coverage, FarmCnn with PyTorch's default initialisation covered a median 352 cells at 300k env steps
+    against the built-in cnn's 523 (docs/PERFORMANCE.md, "Encoders written in PyTorch")."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.orthogonal_(m.weight, gain=2 ** 0.5)
+            nn.init.zeros_(m.bias)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["cnn", "mlp"])
     parser.add_argument("--shape", type=int, nargs="+", required=True, help="the input's shape, without the batch")
     parser.add_argument("--features", type=int, required=True, help="F, the width of the features")
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed for the initial weights")
+    parser.add_argument("--init", choices=["farm", "torch"], default="farm",
+                        help="farm: orthogonal weights (gain sqrt 2) and zero biases, as the farm initialises its own "
+                             "layers (the built-in encoders); torch: PyTorch's defaults")
     parser.add_argument("--out", required=True, help="the TorchScript file to write")
     args = parser.parse_args()
     if args.kind == "cnn" and len(args.shape) != 3:
         parser.error(f"cnn takes a [C, H, W] input, got --shape {args.shape}")
     torch.manual_seed(args.seed)
     module = (FarmCnn if args.kind == "cnn" else Mlp)(args.shape, args.features)
+    if args.init == "farm":
+        farm_init(module)
     scripted = torch.jit.script(module)
     with torch.no_grad():  # the shapes the farm will check at start
         out = scripted(torch.zeros(2, *args.shape))
