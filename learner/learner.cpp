@@ -35,14 +35,9 @@ std::string PreviousLearnerBind(const FarmConfig& config) {
   if (bind.rfind("tcp://", 0) != 0 || bind.size() < 2 || bind.compare(bind.size() - 2, 2, ":*") != 0) return "";
   std::ifstream in(config.run_dir + "/learner.endpoint");
   std::string previous;
-  if (!(in >> previous)) return "";
-  const auto colon = previous.rfind(':');
-  if (previous.rfind("tcp://", 0) != 0 || colon == std::string::npos) return "";
-  const std::string port = previous.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return "";
-  if (const int n = std::stoi(port); n < 1 || n > 65535) return "";
-  return bind.substr(0, bind.size() - 1) + port;
+  // A tcp:// endpoint that can be connected to has a port from 1 to 65535 (CheckEndpoint's rule for workers).
+  if (!(in >> previous) || previous.rfind("tcp://", 0) != 0 || !CheckEndpoint(previous, /*bind=*/false).ok()) return "";
+  return bind.substr(0, bind.size() - 1) + previous.substr(previous.rfind(':') + 1);
 }
 
 }  // namespace
@@ -137,11 +132,9 @@ Status Learner::Impl::Init() {
   }
   // Encoders written in PyTorch: a file that does not load stops the start here (its shapes are checked against
   // the env's at the first worker's Hello).
-  for (const auto& [key, path] : {std::pair<const char*, std::string>{"ppo.actor_encoder_script",
-                                                                      config.ppo.actor_encoder_script},
-                                  {"ppo.critic_encoder_script", config.ppo.critic_encoder_script}})
-    if (!path.empty())
-      if (auto s = CheckEncoderScript(path, key); !s.ok()) return s;
+  for (const EncoderScript& script : EncoderScripts(config.ppo.actor_encoder_script, config.ppo.critic_encoder_script))
+    if (!script.path.empty())
+      if (auto s = CheckEncoderScript(script.path, script.key); !s.ok()) return s;
   if (curve) {
     // The ZAP handler must be bound before the router: libzmq admits every CURVE client while none is.
     if (auto s = ZapAuthenticator::Start(ctx, curve->authorized, &zap); !s.ok()) return s;

@@ -100,12 +100,13 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   for (const auto& p : parts.acting->parameters()) memory_inputs.parameters += p.numel();
   memory_inputs.bytes_per_row_step = collector.store().bytes_per_row_step();
   // Per network, what its encoder holds for the backward pass and its largest convolution workspace. A TorchScript
-  // encoder's insides are not known here: its output alone is counted (docs/PERFORMANCE.md, "Encoders").
+  // encoder's activations are what autograd recorded on its probe batches (ScriptedEncoderImpl); its convolution
+  // workspace is not known here.
   const Space& critic_input = use_state ? *parts.options.global_state : spec.observation;
   const auto encoder_floats = [&](bool actor, bool workspace) -> int64_t {
     const Space& input = actor ? spec.observation : critic_input;
     const torch::nn::Sequential encoder = actor ? parts.acting->actor_encoder() : parts.acting->critic_encoder();
-    if (const auto* scripted = ScriptedEncoderOf(encoder)) return workspace ? 0 : scripted->features();
+    if (const auto* scripted = ScriptedEncoderOf(encoder)) return workspace ? 0 : scripted->activation_floats();
     return workspace ? ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, input)
                      : ImageEncoderFloats(parts.options.encoder, parts.options.layout, input);
   };
@@ -132,11 +133,11 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   acting->WarmUp();
   if (parts.resumed) ApplyResume(*parts.resumed, *parts.trainer);
   // The encoder scripts beside the spec that names them (policy_spec.h), for farm-eval, farm-export and serving.
-  for (const auto& [path, name] : {std::pair<std::string, const char*>{parts.options.actor_encoder_script,
-                                                                       kActorEncoderScriptFile},
-                                   {parts.options.critic_encoder_script, kCriticEncoderScriptFile}})
-    if (!path.empty())
-      if (auto s = CopyEncoderScript(path, run_dir->file(name)); !s.ok()) spdlog::error("{}", s.message());
+  for (const EncoderScript& script :
+       EncoderScripts(parts.options.actor_encoder_script, parts.options.critic_encoder_script))
+    if (!script.path.empty())
+      if (auto s = CopyEncoderScript(script.path, run_dir->file(script.run_file)); !s.ok())
+        spdlog::error("{}", s.message());
   if (auto s = WriteFileAtomic(run_dir->file("policy_spec.json"),
                                PolicySpecJson(spec.observation, spec.action, parts.hidden, parts.options));
       !s.ok())

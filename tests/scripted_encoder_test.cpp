@@ -313,6 +313,25 @@ TEST_CASE("the fused and graphed updates and CUDA-graph acting refuse a script b
                              "'a.pt')"));
 }
 
+TEST_CASE("a script's activations per row are what autograd records of its forward, for the memory estimate",
+          "[scripted]") {
+  testing::TempDir dir("farm-scripted-test");
+  // A conv of 4 channels on [2, 5, 5]: the conv's and the ReLU's outputs, 100 floats each per row (the reshape is
+  // a view; the input's scaling records nothing; the weight's transpose is the same for any batch).
+  ScriptedEncoder conv(SaveConv(dir.path + "/conv.pt", 2, 4), Space::Box({2, 5, 5}, {0.f}, {1.f}), "key");
+  CHECK(conv->features() == 100);
+  CHECK(conv->activation_floats() == 200);
+  // Linear to 8 then tanh: addmm's and tanh's outputs (the bias broadcast to the batch is a view).
+  ScriptedEncoder linear(SaveLinearTanh(dir.path + "/linear.pt", 4, 8), Space::Box({4}, {-1.f}, {1.f}), "key");
+  CHECK(linear->activation_floats() == 16);
+  // A script that records nothing (no parameters) still counts its output.
+  ScriptedEncoder none(SaveSource(dir.path + "/none.pt", "def forward(self, x):\n    return x * 2.0\n"),
+                       Space::Box({3}, {-1.f}, {1.f}), "key");
+  CHECK(none->activation_floats() == 3);
+  // Probing left the script's mode as training.
+  CHECK(conv->script().is_training());
+}
+
 #ifdef FARM_WITH_CUDA
 
 // Issue 31 on the GPU: the script's parameters move with the policy, it acts as on the CPU, PPO trains it in each

@@ -42,8 +42,8 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int6
 // common case.
 torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder, bool scripted) {
   if (scripted) {
-    std::vector<int64_t> shape{x.size(0)};
-    shape.insert(shape.end(), space.shape.begin(), space.shape.end());
+    c10::SmallVector<int64_t, 8> shape{x.size(0)};  // on the stack: this runs on every forward
+    shape.append(space.shape.begin(), space.shape.end());
     return x.reshape(shape).to(torch::kFloat32);
   }
   if (IsImageEncoder(encoder))
@@ -119,8 +119,9 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     }
     return n;
   };
-  Network actor = network(observation_, options_.actor_encoder_script, "observation", "ppo.actor_encoder_script");
-  Network critic = network(critic_input, options_.critic_encoder_script, critic_what, "ppo.critic_encoder_script");
+  const auto scripts = EncoderScripts(options_.actor_encoder_script, options_.critic_encoder_script);
+  Network actor = network(observation_, scripts[0].path, "observation", scripts[0].key);
+  Network critic = network(critic_input, scripts[1].path, critic_what, scripts[1].key);
   if (options_.core != CoreKind::kNone) {
     if (options_.core_size <= 0)
       throw std::invalid_argument("ActorCritic: core_size must be positive, got " + std::to_string(options_.core_size));

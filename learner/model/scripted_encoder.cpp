@@ -3,6 +3,9 @@
 
 #include "common/files.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,6 +14,8 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <algorithm>
+#include <unordered_set>
 #include <vector>
 
 namespace farm {
@@ -30,6 +35,33 @@ std::string Registered(std::string name, std::set<std::string>* taken) {
 std::string Reason(const std::exception& e) {
   const auto* error = dynamic_cast<const c10::Error*>(&e);
   return error ? error->what_without_backtrace() : e.what();
+}
+
+// Whether a backward node belongs to an operation whose output is a view of its input (no memory of its own).
+bool IsViewNode(const std::string& name) {
+  for (const char* view : {"ViewBackward", "ReshapeAliasBackward", "ExpandBackward", "TBackward", "TransposeBackward",
+                           "PermuteBackward", "SqueezeBackward", "UnsqueezeBackward", "SelectBackward", "SliceBackward",
+                           "AsStridedBackward", "AliasBackward", "UnbindBackward", "SplitBackward"})
+    if (name.find(view) != std::string::npos) return true;
+  return false;
+}
+
+// Floats of the outputs of the operations autograd recorded from `out` back to the leaves (a backward node each;
+// the leaves' own AccumulateGrad nodes and views left out): an upper bound of what the forward keeps for the
+// backward pass (a conv followed by a ReLU counts both outputs, though the ReLU's backward keeps only its own).
+int64_t RecordedOutputFloats(const torch::Tensor& out) {
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack{out.grad_fn().get()};
+  int64_t floats = 0;
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (const std::string name = node->name(); name != "torch::autograd::AccumulateGrad" && !IsViewNode(name))
+      for (uint32_t i = 0; i < node->num_inputs(); ++i) floats += node->input_metadata(i).zeros_like().numel();
+    for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
+  }
+  return floats;
 }
 
 }  // namespace
@@ -76,9 +108,25 @@ ScriptedEncoderImpl::ScriptedEncoderImpl(const std::string& path, const Space& i
   shape.insert(shape.end(), input.shape.begin(), input.shape.end());
   c10::IValue result;
   try {
-    torch::NoGradGuard no_grad;
-    script_.eval();
-    result = script_.forward({torch::zeros(shape)});
+    script_.eval();  // the probes must not move a batch norm's running statistics
+    {
+      torch::NoGradGuard no_grad;
+      result = script_.forward({torch::zeros(shape)});
+    }
+    if (result.isTensor()) {
+      // What a batch keeps for the backward pass, per row (the memory estimate's activations).
+      const auto recorded = [&](int64_t rows) {
+        std::vector<int64_t> probe{rows};
+        probe.insert(probe.end(), input.shape.begin(), input.shape.end());
+        torch::AutoGradMode grad(true);
+        // The interpreter as written: the optimiser would fold ops into one DifferentiableGraph node, hiding
+        // their outputs from the count (it is process-wide; a forward elsewhere meanwhile runs unoptimised).
+        torch::jit::GraphOptimizerEnabledGuard plain(false);
+        const c10::IValue out = script_.forward({torch::zeros(probe)});
+        return out.isTensor() ? RecordedOutputFloats(out.toTensor()) : int64_t{0};
+      };
+      activation_floats_ = (recorded(3) - recorded(1)) / 2;
+    }
     script_.train();
   } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("{}: {} cannot take inputs [B, {}] (the {} as the workers send it): {}",
@@ -94,6 +142,7 @@ ScriptedEncoderImpl::ScriptedEncoderImpl(const std::string& path, const Space& i
                                             key, path, fmt::join(input.shape, ", "), c10::toString(out.scalar_type()),
                                             fmt::join(out.sizes(), ", ")));
   features_ = out.size(1);
+  activation_floats_ = std::max(activation_floats_, features_);
 }
 
 torch::Tensor ScriptedEncoderImpl::forward(const torch::Tensor& x) { return script_.forward({x}).toTensor(); }

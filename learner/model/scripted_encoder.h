@@ -12,6 +12,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <string>
 
 #include "common/space.h"
@@ -22,6 +23,18 @@ namespace farm {
 // The run directory's copies of the scripts, as policy_spec.json names them (relative to its directory).
 inline constexpr char kActorEncoderScriptFile[] = "actor_encoder.pt";
 inline constexpr char kCriticEncoderScriptFile[] = "critic_encoder.pt";
+
+// The two encoder scripts in one list: the config key, the path (empty: the built-in encoder) and the name of
+// the run directory's copy.
+struct EncoderScript {
+  const char* key;
+  std::string path;
+  const char* run_file;
+};
+inline std::array<EncoderScript, 2> EncoderScripts(const std::string& actor_path, const std::string& critic_path) {
+  return {{{"ppo.actor_encoder_script", actor_path, kActorEncoderScriptFile},
+           {"ppo.critic_encoder_script", critic_path, kCriticEncoderScriptFile}}};
+}
 
 // Whether `path` loads as a TorchScript module: InvalidArgument naming `key` (the config key) and the path, and
 // LibTorch's reason, when it does not. The learner checks before it opens the run directory.
@@ -40,6 +53,11 @@ class ScriptedEncoderImpl : public torch::nn::Module {
   void train(bool on = true) override;
 
   int64_t features() const { return features_; }
+  // Floats per input row that a training forward keeps for the backward pass: the outputs of the operations
+  // autograd records from the features back to the parameters, measured at construction on probe batches of 1
+  // and 3 rows (their difference over 2: what grows with the batch). At least features(). For the memory
+  // estimate, which cannot see inside a script otherwise.
+  int64_t activation_floats() const { return activation_floats_; }
   const std::string& path() const { return path_; }
   // The script itself (its attributes are this module's parameters), for export.
   torch::jit::Module& script() { return script_; }
@@ -48,6 +66,7 @@ class ScriptedEncoderImpl : public torch::nn::Module {
   torch::jit::Module script_;
   std::string path_;
   int64_t features_ = 0;
+  int64_t activation_floats_ = 0;
 };
 TORCH_MODULE(ScriptedEncoder);
 
