@@ -30,6 +30,20 @@ bool Close(const torch::Tensor& a, const torch::Tensor& b, double tol = 1e-5) {
   return a.sizes() == b.sizes() && torch::allclose(a, b, tol, tol);
 }
 
+// A random rollout of T steps x N envs of [3] observations and 2 actions, acted with log-prob log(1/2), without
+// core states (the caller adds them).
+Rollout RandomRollout(int64_t T, int64_t N) {
+  Rollout r;
+  r.obs = torch::randn({T, N, 3});
+  r.actions = torch::randint(2, {T, N}, torch::kLong);
+  r.logp = torch::full({T, N}, std::log(0.5f));
+  r.values = torch::zeros({T, N});
+  r.rewards = torch::randn({T, N});
+  r.dones = (torch::rand({T, N}) < 0.2).to(torch::kFloat32);
+  r.last_value = torch::zeros({N});
+  return r;
+}
+
 // LibTorch's cell with `core`'s weights: the reference the written-out cell must match.
 struct ReferenceCell {
   torch::nn::GRUCell gru{nullptr};
@@ -442,14 +456,7 @@ TEST_CASE("a PPO update through chunks trains a recurrent policy and refuses the
   PpoTrainer trainer(policy, config, 1);
   CHECK_FALSE(trainer.fused());
   const int64_t T = 8, N = 4, L = 4;
-  Rollout r;
-  r.obs = torch::randn({T, N, 3});
-  r.actions = torch::randint(2, {T, N}, torch::kLong);
-  r.logp = torch::full({T, N}, std::log(0.5f));
-  r.values = torch::zeros({T, N});
-  r.rewards = torch::randn({T, N});
-  r.dones = (torch::rand({T, N}) < 0.2).to(torch::kFloat32);
-  r.last_value = torch::zeros({N});
+  Rollout r = RandomRollout(T, N);
   // Without core states the update says what is missing.
   CHECK_THROWS_WITH(trainer.Update(r, 0), Catch::Contains("core states"));
   r.core_states = torch::zeros({T / L, N, policy->core_state_size()});
@@ -590,14 +597,7 @@ TEST_CASE("CUDA: a PPO update through chunks trains a recurrent policy on the GP
       PpoTrainer trainer(policy, config, 1, precision);
       CHECK_FALSE(trainer.fused());
       const int64_t T = 8, N = 4, L = 4;
-      Rollout r;
-      r.obs = torch::randn({T, N, 3});
-      r.actions = torch::randint(2, {T, N}, torch::kLong);
-      r.logp = torch::full({T, N}, std::log(0.5f));
-      r.values = torch::zeros({T, N});
-      r.rewards = torch::randn({T, N});
-      r.dones = (torch::rand({T, N}) < 0.2).to(torch::kFloat32);
-      r.last_value = torch::zeros({N});
+      Rollout r = RandomRollout(T, N);
       r.core_states = torch::zeros({T / L, N, policy->core_state_size()});
       r.bptt = L;
       const torch::Tensor before = policy->parameters()[0].detach().cpu().clone();
