@@ -120,7 +120,7 @@ ScriptedEncoderImpl::ScriptedEncoderImpl(const std::string& path, const Space& i
         probe.insert(probe.end(), input.shape.begin(), input.shape.end());
         torch::AutoGradMode grad(true);
         // The interpreter as written: the optimiser would fold ops into one DifferentiableGraph node, hiding
-        // their outputs from the count (it is process-wide; a forward elsewhere meanwhile runs unoptimised).
+        // their outputs from the count (the setting is this thread's; other threads' forwards keep it).
         torch::jit::GraphOptimizerEnabledGuard plain(false);
         const c10::IValue out = script_.forward({torch::zeros(probe)});
         return out.isTensor() ? RecordedOutputFloats(out.toTensor()) : int64_t{0};
