@@ -26,6 +26,8 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include "tests/cuda_skip.h"
+
 namespace farm {
 namespace {
 
@@ -578,10 +580,7 @@ TEST_CASE("PpoTrainer refuses fp16 on the CPU and reports scaler stats", "[amp][
 #ifdef FARM_WITH_CUDA
 
 TEST_CASE("CUDA: LossScaler fused path (overflow, unscale, growth)", "[amp][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   const auto on_cuda = [&](std::vector<float> values, std::vector<float> grad) {
     torch::Tensor p = torch::tensor(values, torch::kFloat32).to(cuda).requires_grad_(true);
@@ -647,10 +646,7 @@ TEST_CASE("CUDA: LossScaler fused path (overflow, unscale, growth)", "[amp][cuda
 
 TEST_CASE("CUDA: fp16 autocast and PPO with loss scaling learns the bandit", "[amp][cuda][ppo]") {
   torch::manual_seed(64);
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   const torch::Tensor a = torch::randn({4, 8}, torch::TensorOptions().device(cuda));
   const torch::Tensor b = torch::randn({8, 3}, torch::TensorOptions().device(cuda));

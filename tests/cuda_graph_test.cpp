@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/cuda_skip.h"
+
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -16,13 +18,6 @@
 namespace farm {
 namespace {
 
-bool HaveGpu() {
-  if (!BuiltWithCuda() || !torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return false;
-  }
-  return true;
-}
 
 ActorCritic MakePolicy(const Space& action, torch::Device device, uint64_t seed) {
   torch::manual_seed(seed);
@@ -52,7 +47,7 @@ TEST_CASE("GraphedActor refuses a CPU device", "[cuda_graph]") {
 }
 
 TEST_CASE("GraphedActor: deterministic replay equals the eager forward, and sees weight updates", "[cuda_graph]") {
-  if (!HaveGpu()) return;
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   const torch::Device cuda(torch::kCUDA, 0);
   auto policy = MakePolicy(Space::Discrete(5), cuda, 2);
   std::unique_ptr<GraphedActor> graphed;
@@ -91,7 +86,7 @@ TEST_CASE("GraphedActor with a centralised critic on cnn encoders: one state per
     // Refused: rows per state without a state, and no rows.
     CHECK_FALSE(GraphedActor::Create(cpu, torch::kCPU, Precision::kFp32, {2, 5, 5}, true, &graphed, {3, 8, 8}, 0).ok());
   }
-  if (!HaveGpu()) return;
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   const torch::Device cuda(torch::kCUDA, 0);
   // Full fp32 convolutions: the graphs run a bucket's batch size, the eager forward the batch's own, and TF32's
   // rounding may differ between the algorithms cuDNN picks for each.
@@ -134,7 +129,7 @@ TEST_CASE("GraphedActor with a centralised critic on cnn encoders: one state per
 }
 
 TEST_CASE("GraphedActor: sampled actions follow the policy and differ between replays", "[cuda_graph]") {
-  if (!HaveGpu()) return;
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   const torch::Device cuda(torch::kCUDA, 0);
   auto policy = MakePolicy(Space::Discrete(4), cuda, 4);
   std::unique_ptr<GraphedActor> graphed;
@@ -163,7 +158,7 @@ TEST_CASE("GraphedActor: sampled actions follow the policy and differ between re
 }
 
 TEST_CASE("GraphedActor: bf16 and fp16 replays stay close to fp32, Gaussian head", "[cuda_graph]") {
-  if (!HaveGpu()) return;
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   const torch::Device cuda(torch::kCUDA, 0);
   auto policy = MakePolicy(Space::Box({2}, {-2.f}, {2.f}), cuda, 5);
   auto obs = torch::randn({300, 3, 2}).pin_memory();
@@ -196,7 +191,7 @@ TEST_CASE("GraphedActor: bf16 and fp16 replays stay close to fp32, Gaussian head
 }
 
 TEST_CASE("ScopedCudaStream: work on the trainer's stream is visible after Synchronize", "[cuda_graph]") {
-  if (!HaveGpu()) return;
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   const torch::Device cuda(torch::kCUDA, 0);
   torch::Tensor x = torch::zeros({1 << 20}, torch::TensorOptions().device(cuda));
   {

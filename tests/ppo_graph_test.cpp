@@ -24,6 +24,8 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include "tests/cuda_skip.h"
+
 namespace farm {
 namespace {
 
@@ -204,10 +206,7 @@ TEST_CASE("ppo.graph_update: unequal minibatches and the CPU under auto take the
 }
 
 TEST_CASE("The CUDA graph of the PPO step matches the LibTorch update on the GPU", "[ppo][graph][cuda]") {
-  if (!BuiltWithCuda() || !torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   Case c;
   c.device = torch::Device(torch::kCUDA);
   // Different kernels (a graph replays cuBLAS's choices for the captured shapes) round differently.
@@ -228,10 +227,7 @@ namespace farm {
 
 TEST_CASE("Captures of the PPO step while another thread samples on the GPU (LockCudaGenerator)",
           "[ppo][graph][cuda]") {
-  if (!BuiltWithCuda() || !torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
   // The learner's inference thread samples actions from the default CUDA generator while the trainer
   // captures; without the lock a draw during a capture aborts the process.
   struct Sampler {

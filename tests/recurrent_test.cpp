@@ -23,6 +23,8 @@
 #undef CHECK  // glog's, from LibTorch: Catch's must win
 #include <catch2/catch.hpp>
 
+#include "tests/cuda_skip.h"
+
 namespace farm {
 namespace {
 
@@ -482,10 +484,7 @@ TEST_CASE("a PPO update through chunks trains a recurrent policy and refuses the
 // from batches in changing orders, and the PPO update through chunks in each precision.
 TEST_CASE("CUDA: a recurrent policy acts, re-runs its chunks and keeps each row's state on the GPU as on the CPU",
           "[core][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   const Space obs = Space::Box({4}, {-1}, {1});
   for (const CoreKind kind : {CoreKind::kGru, CoreKind::kLstm}) {
@@ -576,10 +575,7 @@ TEST_CASE("CUDA: a recurrent policy acts, re-runs its chunks and keeps each row'
 
 TEST_CASE("CUDA: a PPO update through chunks trains a recurrent policy on the GPU in fp32, fp16 and bf16",
           "[core][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   const Space obs = Space::Box({3}, {-1}, {1});
   for (const CoreKind kind : {CoreKind::kGru, CoreKind::kLstm}) {

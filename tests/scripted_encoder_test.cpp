@@ -26,6 +26,8 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include "tests/cuda_skip.h"
+
 namespace farm {
 namespace {
 
@@ -338,10 +340,7 @@ TEST_CASE("a script's activations per row are what autograd records of its forwa
 // precision, and its checkpoint loads into a CPU policy.
 TEST_CASE("CUDA: a scripted encoder acts on the GPU as on the CPU, trains in fp32, fp16 and bf16, and checkpoints",
           "[scripted][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
+  FARM_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   // Exact fp32 on both sides (no TF32 in the convolution or the matrix products) for the comparison.
   auto& context = at::globalContext();
