@@ -301,7 +301,9 @@ nlohmann::json Learner::Impl::Summary() const {
   s["graphed_updates"] = update.graphed;
   const int64_t agents = registry.has_run() ? registry.run().num_agents : 1;
   s["num_envs"] = collector.has_store() ? collector.store().num_rows() / agents : 0;
-  // What the learner expected to need for the rows it ended with (learner/run/memory_budget.h), beside max_rss_mb.
+  // What the learner expected to need for the rows it ended with (learner/run/memory_budget.h), and what it held
+  // before the run, which the estimate leaves out: max_rss_mb should stay within their sum.
+  s["rss_before_run_mb"] = rss_before_run_mb;
   if (collector.has_store()) {
     RunMemoryInputs in = memory_inputs;
     in.rows = collector.store().num_rows();

@@ -201,6 +201,7 @@ struct Learner::Impl {
   std::unique_ptr<EvalEpisodes> eval;  // learner.eval_episodes > 0: the evaluation's episodes
   std::optional<MemoryBudget> memory_budget;  // resolved at the first Hello (learner.memory_budget_mb)
   std::optional<MemoryBudget> gpu_budget;     // on CUDA: the device's free memory at the first Hello
+  double rss_before_run_mb = 0;               // resident set at the first Hello, before the run (not estimated)
   RunMemoryInputs memory_inputs;              // the run's sizes, from the first Hello
   UpdateTrack update;
   Reporting reporting;

@@ -2,6 +2,8 @@
 // counters and run state, the run state a checkpoint captures, and dropping silent workers.
 #include "learner/learner_impl.h"
 
+#include "common/resources.h"
+
 namespace farm {
 using namespace learner_internal;
 namespace {
@@ -110,17 +112,25 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
     return workspace ? ImageEncoderWorkspaceFloats(parts.options.encoder, parts.options.layout, input)
                      : ImageEncoderFloats(parts.options.encoder, parts.options.layout, input);
   };
-  memory_inputs.activation_floats_per_row =
-      ActivationFloatsPerRow(parts.hidden, spec.action.head_size(), encoder_floats(true, false) + encoder_floats(false, false),
-                             parts.options.layout.layer_norm);
-  memory_inputs.minibatch_floats_per_row = spec.observation.numel() + (use_state ? critic_input.numel() : 0) +
-                                           encoder_floats(true, true) + encoder_floats(false, true);
-  if (parts.options.core != CoreKind::kNone) {
-    memory_inputs.activation_floats_per_row +=
-        CoreActivationFloats(parts.options.core == CoreKind::kLstm ? 4 : 3, parts.options.core_size,
-                             parts.options.critic_core ? 2 : 1);
-    memory_inputs.core_state_floats = parts.acting->core_state_size();
-  }
+  // Each network's forward, the actor's per agent row and the critic's per row or, with a global state, per state
+  // of `num_agents` rows (memory_budget.h).
+  const int core_gates = parts.options.core == CoreKind::kLstm ? 4 : 3;
+  const bool cores = parts.options.core != CoreKind::kNone;
+  const int64_t actor_floats =
+      NetworkActivationFloats(parts.hidden, spec.action.head_size(), encoder_floats(true, false),
+                              parts.options.layout.layer_norm) +
+      (cores ? CoreActivationFloats(core_gates, parts.options.core_size, 1) : 0);
+  const int64_t critic_floats =
+      NetworkActivationFloats(parts.hidden, 1, encoder_floats(false, false), parts.options.layout.layer_norm) +
+      (cores && parts.options.critic_core ? CoreActivationFloats(core_gates, parts.options.core_size, 1) : 0);
+  const int64_t actor_inputs = spec.observation.numel() + encoder_floats(true, true);
+  const int64_t critic_inputs = (use_state ? critic_input.numel() : 0) + encoder_floats(false, true);
+  memory_inputs.rows_per_state = use_state ? spec.num_agents : 1;
+  memory_inputs.activation_floats_per_row = actor_floats + (use_state ? 0 : critic_floats);
+  memory_inputs.activation_floats_per_state = use_state ? critic_floats : 0;
+  memory_inputs.minibatch_floats_per_row = actor_inputs + (use_state ? 0 : critic_inputs);
+  memory_inputs.minibatch_floats_per_state = use_state ? critic_inputs : 0;
+  if (cores) memory_inputs.core_state_floats = parts.acting->core_state_size();
   // Before anything is written (a resume's config.yaml, policy_spec.json): a run that cannot fit leaves the run
   // directory as it was, and stops in order since no worker could join it.
   if (auto s = CheckMemoryWith(static_cast<int64_t>(hs.num_groups) * hs.group_rows, "the run"); !s.ok()) {
@@ -179,6 +189,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
 // threads) is not room, and what the run will hold (policies, optimizer, a resumed checkpoint) is the estimate's
 // to count, not the measurement's.
 void Learner::Impl::ResolveMemoryBudgets() {
+  rss_before_run_mb = CurrentRssMb();
   if (!recording || config.learner.memory_budget_mb < 0) return;
   const auto limit = DetectMemoryLimit();
   // Under RLIMIT_AS, the threads the run starts later reserve address space too: the trainer, the checkpoint
@@ -198,7 +209,9 @@ Status Learner::Impl::CheckMemoryWith(int64_t added_rows, const std::string& wha
   RunMemoryInputs in = memory_inputs;
   in.rows = collector.store().num_rows() + added_rows;
   const RunMemory need = EstimateRunMemory(in, config.ppo, config.mode == "async", device.is_cuda());
-  if (first) spdlog::info("expected memory with the first worker: {}", need.Describe());
+  if (first)
+    spdlog::info("expected memory with the first worker: {}, on top of the {:.1f} MiB the learner holds before the run",
+                 need.Describe(), rss_before_run_mb);
   return CheckRunMemory(need, memory_budget, what, gpu_budget);
 }
 

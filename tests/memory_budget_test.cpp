@@ -57,20 +57,34 @@ TEST_CASE("EstimateRunMemory: the parts, each from its own inputs", "[memory]") 
   RunMemoryInputs images = in;
   images.minibatch_floats_per_row = 7;  // the gathered inputs and a conv's workspace, held once
   CHECK(EstimateRunMemory(images, ppo, false).activations == 400 * (10 * 3 + 7) * 4);
+  // A centralised critic: one state per 4 rows, its forward (100 floats) and its gathered state and workspace (20)
+  // counted per state: 400 rows, 100 states per minibatch.
+  RunMemoryInputs ctde = images;
+  ctde.rows_per_state = 4;
+  ctde.activation_floats_per_state = 100;
+  ctde.minibatch_floats_per_state = 20;
+  CHECK(EstimateRunMemory(ctde, ppo, false).activations == (400 * (10 * 3 + 7) + 100 * (100 * 3 + 20)) * 4);
+  ctde.rows_per_state = 3;  // 400 rows are 134 states, the last one short
+  CHECK(EstimateRunMemory(ctde, ppo, false).activations == (400 * (10 * 3 + 7) + 134 * (100 * 3 + 20)) * 4);
   CHECK(sync.total() == sync.model + sync.optimizer + sync.store + sync.update + sync.activations);
+  RunMemoryInputs core = in;
+  core.core_state_floats = 3;  // a core: the update's chunks are one more copy of the rollout
+  CHECK(EstimateRunMemory(core, ppo, false).update == sync.update + 16 * 100 * 50);
+  CHECK(EstimateRunMemory(core, ppo, false).store == sync.store + 2 * 16 * 3 * 4);  // the rows' states, twice
   const RunMemory async = EstimateRunMemory(in, ppo, /*async=*/true);
   CHECK(async.store == 2 * sync.store);  // one rollout recorded while the other trains
   CHECK_THAT(sync.Describe(), Catch::StartsWith("0.2 MiB (store 0.1, update 0.1, model 0.0"));
 }
 
-TEST_CASE("ActivationFloatsPerRow counts both networks and the cnn's conv maps", "[memory]") {
-  // mlp [64, 64], a 2-way head: 2 * (64 + 64) + 2 + 1.
-  CHECK(ActivationFloatsPerRow({64, 64}, 2, 0) == 259);
-  CHECK(ActivationFloatsPerRow({64, 64}, 2, 0, /*layer_norm=*/true) == 259 + 128);
+TEST_CASE("NetworkActivationFloats counts a network's widths and its encoder's conv maps", "[memory]") {
+  // mlp [64, 64] with a 2-way head, and its critic: (64 + 64 + 2) + (64 + 64 + 1).
+  CHECK(NetworkActivationFloats({64, 64}, 2, 0) == 130);
+  CHECK(NetworkActivationFloats({64, 64}, 1, 0) == 129);
+  CHECK(NetworkActivationFloats({64, 64}, 2, 0, /*layer_norm=*/true) == 130 + 128);  // each norm's output too
   // cnn on [5, 7, 7]: 32 x 7 x 7 and 64 x 4 x 4 per encoder, two encoders, plus the widths.
   const int64_t cnn = ImageEncoderFloats(Encoder::kCnn, {}, Space::Box({5, 7, 7}, {0.f}, {1.f}));
   CHECK(cnn == 32 * 49 + 64 * 16);
-  CHECK(ActivationFloatsPerRow({128, 128}, 5, 2 * cnn) == 2 * 256 + 6 + 2 * (32 * 49 + 64 * 16));
+  CHECK(NetworkActivationFloats({128, 128}, 5, cnn) == 256 + 5 + 32 * 49 + 64 * 16);
   CHECK(ImageEncoderFloats(Encoder::kMlp, {}, Space::Box({5, 7, 7}, {0.f}, {1.f})) == 0);
   // impala [16]: conv 16x7x7, pool 16x4x4 kept by two residual blocks (two convs and a sum each, with the pool).
   EncoderLayout impala;

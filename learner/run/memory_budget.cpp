@@ -116,10 +116,10 @@ std::string RunMemory::Describe() const {
                      Mib(update), Mib(model), Mib(optimizer), Mib(activations));
 }
 
-int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size, int64_t encoder_floats,
-                               bool layer_norm) {
-  int64_t widths = head_size + 1 + encoder_floats;  // the actor's head, the critic's value, the conv maps
-  for (int h : hidden_sizes) widths += (layer_norm ? 3 : 2) * static_cast<int64_t>(h);
+int64_t NetworkActivationFloats(const std::vector<int>& hidden_sizes, int64_t output_width, int64_t encoder_floats,
+                                bool layer_norm) {
+  int64_t widths = output_width + encoder_floats;
+  for (int h : hidden_sizes) widths += (layer_norm ? 2 : 1) * static_cast<int64_t>(h);
   return widths;
 }
 
@@ -138,9 +138,16 @@ RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, boo
   // The update's inputs (observations, states, actions, old log-probs and values on its device) and its own
   // advantages and returns: at most one more rollout's worth.
   m.update = rollout + in.rows * ppo.rollout_length * 8;
+  // With a core, the update also lays the rollout out in chunks of bptt steps (MakeChunks, learner/train/
+  // ppo_chunks.h): a copy of it, its observations and states included.
+  if (in.core_state_floats > 0) m.update += rollout;
   const int64_t minibatch_rows = (in.rows * ppo.rollout_length + ppo.num_minibatches - 1) / ppo.num_minibatches;
+  const int64_t k = std::max<int64_t>(1, in.rows_per_state);
+  const int64_t minibatch_states = (minibatch_rows + k - 1) / k;
   // Outputs, what autograd keeps for the backward, and the gradients flowing back: three floats a width.
-  m.activations = minibatch_rows * (in.activation_floats_per_row * 3 + in.minibatch_floats_per_row) * 4;
+  m.activations = (minibatch_rows * (in.activation_floats_per_row * 3 + in.minibatch_floats_per_row) +
+                   minibatch_states * (in.activation_floats_per_state * 3 + in.minibatch_floats_per_state)) *
+                  4;
   return m;
 }
 

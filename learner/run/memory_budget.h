@@ -28,7 +28,7 @@ struct RunMemory {
   int64_t model = 0;        // the acting and training copies of the policy
   int64_t optimizer = 0;    // gradients and Adam's two moments
   int64_t store = 0;        // trajectory arenas (host memory, always)
-  int64_t update = 0;       // the update's copy of a rollout (inputs, advantages, returns)
+  int64_t update = 0;       // the update's copy of a rollout (inputs, advantages, returns); with a core, its chunks too
   int64_t activations = 0;  // one minibatch's forward and backward
   bool on_gpu = false;      // the policy on a GPU: model, optimizer, update and activations are in its memory
   int64_t total() const { return model + optimizer + store + update + activations; }
@@ -43,11 +43,19 @@ struct RunMemoryInputs {
   int64_t parameters = 0;                 // the policy's parameter count (actor, critic, log-std)
   int64_t bytes_per_row_step = 0;         // TrajectoryStore::bytes_per_row_step
   int64_t rows = 0;                       // agent rows of the workers joined, this one included
-  int64_t activation_floats_per_row = 0;  // ActivationFloatsPerRow (and, with a core, CoreActivationFloats)
+  // What one agent row's forward leaves for the backward (NetworkActivationFloats, with a core
+  // CoreActivationFloats): the actor's, and the critic's when it reads the row's own observation.
+  int64_t activation_floats_per_row = 0;
   int64_t core_state_floats = 0;          // with a recurrent core: floats of state per row (0 without)
   // Floats per row that a minibatch holds once, not three times as activations: its gathered inputs (observation
   // and global state) and an image encoder's convolution workspace (ImageEncoderWorkspaceFloats).
   int64_t minibatch_floats_per_row = 0;
+  // A centralised critic reads one global state per `rows_per_state` rows (an env's agents), and a minibatch's
+  // critic runs once per state (PpoTrainer samples an env's agents together): its activations, and its gathered
+  // state and workspace, count per state, not per row. 1 and zeros without a global state.
+  int64_t rows_per_state = 1;
+  int64_t activation_floats_per_state = 0;
+  int64_t minibatch_floats_per_state = 0;
 };
 
 // With a recurrent core (kind gru: 3 gates, lstm: 4) of `size` units on `cores` networks (the actor's, and the
@@ -55,11 +63,12 @@ struct RunMemoryInputs {
 // pre-activations, the state and the output).
 int64_t CoreActivationFloats(int gates, int64_t size, int cores);
 
-// Floats one row's forward leaves for the backward, actor and critic together: every hidden width (three
-// times with layer norm: its output too) and output width, and `encoder_floats`, the image encoders' maps
-// (learner/model/encoder.h's ImageEncoderFloats, the actor's and the critic's).
-int64_t ActivationFloatsPerRow(const std::vector<int>& hidden_sizes, int64_t head_size, int64_t encoder_floats,
-                               bool layer_norm = false);
+// Floats one input's forward through one network (the actor, or the critic) leaves for the backward: every
+// hidden width (twice with layer norm: its output too), the output width (the action head's, or the value's 1),
+// and `encoder_floats`, its encoder's maps (learner/model/encoder.h's ImageEncoderFloats, or what a TorchScript
+// encoder recorded).
+int64_t NetworkActivationFloats(const std::vector<int>& hidden_sizes, int64_t output_width, int64_t encoder_floats,
+                                bool layer_norm = false);
 
 RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu = false);
 
