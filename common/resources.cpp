@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #if defined(__GLIBC__)
@@ -27,6 +28,12 @@ double CurrentRssMb() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
+namespace {
+std::atomic<int64_t> kept_per_arena{0};  // set once, early in main, before the threads that read it start
+}  // namespace
+
+int64_t FreedMemoryKeptPerArena() { return kept_per_arena.load(); }
+
 std::string KeepFreedMemoryForReuse() {
 #if defined(__GLIBC__)
   for (const char* user : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"})
@@ -36,6 +43,7 @@ std::string KeepFreedMemoryForReuse() {
   constexpr int kTrimThreshold = 64 << 20;
   if (mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1 || mallopt(M_TRIM_THRESHOLD, kTrimThreshold) != 1)
     return "allocator: glibc refused the mmap and trim thresholds; its defaults stay";
+  kept_per_arena = kTrimThreshold;
   return "allocator: glibc mmap threshold 32 MiB, trim threshold 64 MiB (freed memory kept for reuse)";
 #else
   return "allocator: not glibc; its defaults stay";

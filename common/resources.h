@@ -1,6 +1,7 @@
 // This process's memory: its use, for metrics and benchmark reports, and how its allocator gives memory back.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace farm {
@@ -19,5 +20,9 @@ double CurrentRssMb();  // resident set now (MiB)
 // MALLOC_TRIM_THRESHOLD_ or MALLOC_TOP_PAD_ is set (the user's own choice) or without glibc. Call it once, early
 // in main. Returns one line for the log saying what it did.
 std::string KeepFreedMemoryForReuse();
+
+// The freed memory each thread's allocator arena may keep after KeepFreedMemoryForReuse (its trim threshold, 64
+// MiB), or 0 when that left glibc's defaults (the memory estimate counts it for the threads that make tensors).
+int64_t FreedMemoryKeptPerArena();
 
 }  // namespace farm

@@ -131,6 +131,8 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   memory_inputs.minibatch_floats_per_row = actor_inputs + (use_state ? 0 : critic_inputs);
   memory_inputs.minibatch_floats_per_state = use_state ? critic_inputs : 0;
   if (cores) memory_inputs.core_state_floats = parts.acting->core_state_size();
+  // The inference thread's and the trainer thread's arenas make the run's tensors.
+  memory_inputs.allocator_kept = 2 * FreedMemoryKeptPerArena();
   // Before anything is written (a resume's config.yaml, policy_spec.json): a run that cannot fit leaves the run
   // directory as it was, and stops in order since no worker could join it.
   if (auto s = CheckMemoryWith(static_cast<int64_t>(hs.num_groups) * hs.group_rows, "the run"); !s.ok()) {

@@ -71,6 +71,14 @@ TEST_CASE("EstimateRunMemory: the parts, each from its own inputs", "[memory]") 
   core.core_state_floats = 3;  // a core: the update's chunks are one more copy of the rollout
   CHECK(EstimateRunMemory(core, ppo, false).update == sync.update + 16 * 100 * 50);
   CHECK(EstimateRunMemory(core, ppo, false).store == sync.store + 2 * 16 * 3 * 4);  // the rows' states, twice
+  RunMemoryInputs kept = in;
+  kept.allocator_kept = 128 << 20;  // freed memory the allocator keeps: host memory, whatever the rows
+  const RunMemory with_kept = EstimateRunMemory(kept, ppo, false);
+  CHECK(with_kept.total() == sync.total() + (128 << 20));
+  CHECK_THAT(with_kept.Describe(), Catch::EndsWith("activations 0.0, allocator 128.0)"));
+  const RunMemory kept_gpu = EstimateRunMemory(kept, ppo, false, /*on_gpu=*/true);
+  CHECK(kept_gpu.host() == kept_gpu.store + (128 << 20));
+  CHECK(kept_gpu.gpu() == kept_gpu.total() - kept_gpu.host());
   const RunMemory async = EstimateRunMemory(in, ppo, /*async=*/true);
   CHECK(async.store == 2 * sync.store);  // one rollout recorded while the other trains
   CHECK_THAT(sync.Describe(), Catch::StartsWith("0.2 MiB (store 0.1, update 0.1, model 0.0"));

@@ -108,12 +108,14 @@ std::optional<MemoryLimit> CgroupLimit(const std::string& sys_root, const std::s
 }  // namespace
 
 std::string RunMemory::Describe() const {
+  const std::string kept = allocator > 0 ? fmt::format(", allocator {}", Mib(allocator)) : std::string();
   if (on_gpu)
-    return fmt::format("{} MiB of host memory (store) and {} MiB on the GPU (update {}, model {}, optimizer {}, "
+    return fmt::format("{} MiB of host memory (store{}) and {} MiB on the GPU (update {}, model {}, optimizer {}, "
                        "activations {})",
-                       Mib(host()), Mib(gpu()), Mib(update), Mib(model), Mib(optimizer), Mib(activations));
-  return fmt::format("{} MiB (store {}, update {}, model {}, optimizer {}, activations {})", Mib(total()), Mib(store),
-                     Mib(update), Mib(model), Mib(optimizer), Mib(activations));
+                       Mib(host()), kept.empty() ? "" : " and allocator", Mib(gpu()), Mib(update), Mib(model),
+                       Mib(optimizer), Mib(activations));
+  return fmt::format("{} MiB (store {}, update {}, model {}, optimizer {}, activations {}{})", Mib(total()),
+                     Mib(store), Mib(update), Mib(model), Mib(optimizer), Mib(activations), kept);
 }
 
 int64_t NetworkActivationFloats(const std::vector<int>& hidden_sizes, int64_t output_width, int64_t encoder_floats,
@@ -128,6 +130,7 @@ int64_t CoreActivationFloats(int gates, int64_t size, int cores) { return cores 
 RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu) {
   RunMemory m;
   m.on_gpu = on_gpu;
+  m.allocator = in.allocator_kept;
   const int64_t param_bytes = in.parameters * 4;
   m.model = 2 * param_bytes;      // acting and training copies
   m.optimizer = 3 * param_bytes;  // gradients, Adam's first and second moments
