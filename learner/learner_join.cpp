@@ -114,15 +114,15 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   };
   // Each network's forward, the actor's per agent row and the critic's per row or, with a global state, per state
   // of `num_agents` rows (memory_budget.h).
-  const int core_gates = parts.options.core == CoreKind::kLstm ? 4 : 3;
   const bool cores = parts.options.core != CoreKind::kNone;
-  const int64_t actor_floats =
-      NetworkActivationFloats(parts.hidden, spec.action.head_size(), encoder_floats(true, false),
-                              parts.options.layout.layer_norm) +
-      (cores ? CoreActivationFloats(core_gates, parts.options.core_size, 1) : 0);
+  const int64_t core_floats =
+      cores ? CoreActivationFloats(parts.options.core == CoreKind::kLstm ? 4 : 3, parts.options.core_size) : 0;
+  const int64_t actor_floats = NetworkActivationFloats(parts.hidden, spec.action.head_size(), encoder_floats(true, false),
+                                                       parts.options.layout.layer_norm) +
+                               core_floats;
   const int64_t critic_floats =
       NetworkActivationFloats(parts.hidden, 1, encoder_floats(false, false), parts.options.layout.layer_norm) +
-      (cores && parts.options.critic_core ? CoreActivationFloats(core_gates, parts.options.core_size, 1) : 0);
+      (parts.options.critic_core ? core_floats : 0);
   const int64_t actor_inputs = spec.observation.numel() + encoder_floats(true, true);
   const int64_t critic_inputs = (use_state ? critic_input.numel() : 0) + encoder_floats(false, true);
   memory_inputs.rows_per_state = use_state ? spec.num_agents : 1;

@@ -1,11 +1,12 @@
-// The GPU test cases' skip: a case that needs a CUDA device returns with Catch's warning where there is none (CI,
-// the 2-core development machine), and runs in full on the GPU machine (scripts/gpu_check.sh). A macro, so that
-// the WARN and the return are the test case's own; include it after <catch2/catch.hpp>.
+// The GPU cases' skip, a helper and no test of its own: a case that needs a CUDA device returns with Catch's
+// warning where there is none (CI, the 2-core development machine), and runs in full on the GPU machine
+// (scripts/gpu_check.sh). A macro, so that the warning and the return are the case's own; include it after
+// <catch2/catch.hpp>.
 #pragma once
 
 #include <torch/cuda.h>
 
-// Returns from the enclosing TEST_CASE, with a warning, unless `cond` holds.
+// Returns from the enclosing case, with a warning, unless `cond` holds.
 #define FARM_SKIP_UNLESS(cond)             \
   do {                                     \
     if (!(cond)) {                         \
@@ -14,5 +15,5 @@
     }                                      \
   } while (false)
 
-// Returns from the enclosing TEST_CASE, with a warning, unless LibTorch sees a CUDA device.
+// Returns from the enclosing case, with a warning, unless LibTorch sees a CUDA device.
 #define FARM_SKIP_WITHOUT_CUDA() FARM_SKIP_UNLESS(torch::cuda::is_available())

@@ -125,7 +125,7 @@ int64_t NetworkActivationFloats(const std::vector<int>& hidden_sizes, int64_t ou
   return widths;
 }
 
-int64_t CoreActivationFloats(int gates, int64_t size, int cores) { return cores * (gates + 3) * size; }
+int64_t CoreActivationFloats(int gates, int64_t size) { return (gates + 3) * size; }
 
 RunMemory EstimateRunMemory(const RunMemoryInputs& in, const PpoConfig& ppo, bool async, bool on_gpu) {
   RunMemory m;

@@ -35,8 +35,8 @@ struct RunMemory {
   int64_t total() const { return model + optimizer + store + update + activations + allocator; }
   int64_t host() const { return on_gpu ? store + allocator : total(); }
   int64_t gpu() const { return on_gpu ? total() - store - allocator : 0; }
-  // "1234.5 MiB (store 1000.0, update 200.0, model 1.2, optimizer 2.4, activations 30.9)"; on a GPU the host's
-  // and the GPU's parts apart.
+  // "1234.5 MiB (store 1000.0, update 200.0, model 1.2, optimizer 2.4, activations 30.9, allocator 128.0)" (no
+  // allocator part when it is 0); on a GPU the host's and the GPU's parts apart.
   std::string Describe() const;
 };
 
@@ -63,10 +63,10 @@ struct RunMemoryInputs {
   int64_t allocator_kept = 0;
 };
 
-// With a recurrent core (kind gru: 3 gates, lstm: 4) of `size` units on `cores` networks (the actor's, and the
-// critic's with ppo.critic_core): floats one row-step of the unrolled update keeps for the backward (the gates'
+// With a recurrent core (kind gru: 3 gates, lstm: 4) of `size` units: floats one row-step of one network's
+// unrolled core (the actor's, or the critic's with ppo.critic_core) keeps for the backward (the gates'
 // pre-activations, the state and the output).
-int64_t CoreActivationFloats(int gates, int64_t size, int cores);
+int64_t CoreActivationFloats(int gates, int64_t size);
 
 // Floats one input's forward through one network (the actor, or the critic) leaves for the backward: every
 // hidden width (twice with layer norm: its output too), the output width (the action head's, or the value's 1),
