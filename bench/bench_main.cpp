@@ -33,6 +33,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/resources.h"
+#include "common/running_stats.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "learner/learner.h"
@@ -165,6 +166,8 @@ struct ClientShape {
   int episode_steps = 0;  // every this many steps each env is truncated, as at max_episode_steps (0: never)
   std::vector<float> obs;    // [rows, obs numel]: every request's observations
   std::vector<float> state;  // [group_envs, state numel]: every request's global states (empty without)
+  farm::NormalizerOptions normalization;  // what the Hello declares: the learner refuses a worker whose differs
+
 
   int rows() const { return group_envs * static_cast<int>(num_agents); }
 };
@@ -202,6 +205,15 @@ class ServeWindow {
     std::lock_guard<std::mutex> lock(mu_);
     if (--waiting_ <= 0) cv_.notify_all();
   }
+  // A client was not welcomed: `why` (the learner's error, or that none came). The bench fails with it.
+  void Refused(std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refused_.empty()) refused_ = std::move(why);
+  }
+  std::string refused() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
   // Waits until every client joined or `timeout` passed; false on timeout.
   bool WaitAllJoined(std::chrono::seconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -216,6 +228,7 @@ class ServeWindow {
   std::mutex mu_;
   std::condition_variable cv_;
   int waiting_;  // GUARDED_BY(mu_)
+  std::string refused_;  // GUARDED_BY(mu_): the first client's refusal
   std::atomic<bool> measuring_{false};
   std::atomic<bool> stop_{false};
 };
@@ -247,11 +260,18 @@ void RunClient(const std::string& endpoint, int index, int groups, const ClientS
   farm::ToWire(shape.action, h->mutable_action());
   h->set_num_agents(shape.num_agents);
   if (shape.global_state) farm::ToWire(*shape.global_state, h->mutable_global_state());
+  if (shape.normalization.any()) shape.normalization.ToWire(h->mutable_normalization());
   farm::SendEnvelope(sock, hello, &scratch);
   farm::wire::Envelope in;
   farm::Status st;
   // Generous: under valgrind the learner takes a minute to build the run from the first Hello.
-  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st) || !in.has_welcome()) return;
+  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st) || !in.has_welcome()) {
+    window->Refused(fmt::format("bench-client-{} was not welcomed: {}", index,
+                                !st.ok() ? st.message()
+                                : in.has_error() ? in.error().message()
+                                                 : std::string("no Welcome within 600 s")));
+    return;
+  }
   join.Join();
   std::vector<float> obs = shape.obs;
   if (obs.empty()) obs.assign(static_cast<std::size_t>(group_rows * obs_numel), 0.01f);
@@ -347,6 +367,7 @@ int BenchServe(const std::string& config_path, int batch, int threads, int clien
       fmt::print(stderr, "{}\n", s.message());
       return 2;
     }
+    shape.normalization = farm::NormalizerOptions::FromConfig(config);
   } else {
     // Twice the batch outstanding, so that one batch queues while another is served.
     shape.group_envs = std::max(1, 2 * batch / (clients * groups));
@@ -384,6 +405,11 @@ int BenchServe(const std::string& config_path, int batch, int threads, int clien
   for (auto& th : client_threads) th.join();
   learner->RequestStop("benchmark done");
   server.join();
+  if (const std::string why = window.refused(); !why.empty()) {
+    (void)farm::RemoveTree(config.run_dir);
+    fmt::print(stderr, "serve: {}\n", why);
+    return 2;
+  }
   // The learner's metrics rows (one per update; the time split and env steps so far): the steady state is from
   // the second update to the last, past the start-up and the first rollouts' fresh store pages.
   std::vector<nlohmann::json> metrics;
