@@ -265,11 +265,14 @@ void RunClient(const std::string& endpoint, int index, int groups, const ClientS
   farm::wire::Envelope in;
   farm::Status st;
   // Generous: under valgrind the learner takes a minute to build the run from the first Hello.
-  if (!farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st) || !in.has_welcome()) {
+  const bool answered = farm::ReceiveEnvelope(sock, std::chrono::seconds(600), &in, &st);
+  if (!answered || !in.has_welcome() || !in.welcome().accepted()) {
     window->Refused(fmt::format("bench-client-{} was not welcomed: {}", index,
-                                !st.ok() ? st.message()
-                                : in.has_error() ? in.error().message()
-                                                 : std::string("no Welcome within 600 s")));
+                                !st.ok()                ? st.message()
+                                : !answered             ? std::string("no answer to its Hello within 600 s")
+                                : in.has_welcome()      ? in.welcome().error()
+                                : in.has_error()        ? in.error().message()
+                                                        : std::string("the answer to its Hello was not a Welcome")));
     return;
   }
   join.Join();
