@@ -631,6 +631,7 @@ int BenchFlops(const std::string& config_path, const std::vector<std::string>& o
 int main(int argc, char** argv) {
   // As farm-learner does (its serving and update figures are measured as the learner runs them).
   (void)farm::KeepFreedMemoryForReuse();
+  (void)farm::ShortenBlasThreadWait();
   CLI::App app{"Rollout Farm micro-benchmarks (one JSON line each)"};
   app.require_subcommand(1);
   double seconds = 2.0;

@@ -11,6 +11,7 @@
 #include "common/resources.h"
 #include "common/signal_watcher.h"
 #include "learner/learner.h"
+#include "learner/model/device.h"
 #include "learner/run/checkpoint_files.h"
 #include "learner/run/metrics.h"
 
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   // Before the first tensor: every batch's and minibatch's temporaries are then reused, not faulted in afresh.
   const std::string allocator = farm::KeepFreedMemoryForReuse();
+  // Before the first BLAS call: OpenBLAS's pool restarts with the shorter wait.
+  const std::string blas = farm::ShortenBlasThreadWait();
   CLI::App app{"Rollout Farm learner: batches workers' requests, acts with the policy and trains it with PPO"};
   std::string config_path;
   std::vector<std::string> overrides;
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::info("{}", allocator);
+  spdlog::info("{}", blas);
   std::unique_ptr<farm::Learner> learner;
   // The watcher thread and this one meet here: a signal before the learner exists is kept and delivered once it
   // does (the mutex makes "not yet running" and "remember the signal" one step, so none is lost in between).

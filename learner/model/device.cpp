@@ -3,14 +3,21 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #ifdef FARM_WITH_CUDA
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
-// OpenBLAS's setter, resolved at load time when an OpenBLAS is loaded (LibTorch's BLAS), null otherwise.
+// OpenBLAS's functions, resolved at load time when an OpenBLAS is loaded (LibTorch's BLAS), null otherwise:
+// its thread cap; reading its environment variables again; the wait its variable says; stopping its thread pool
+// (what its fork handler calls; the next threaded call starts the pool again).
 extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
+extern "C" void openblas_read_env(void) __attribute__((weak));
+extern "C" int openblas_thread_timeout(void) __attribute__((weak));
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
 
 namespace farm {
 
@@ -33,6 +40,22 @@ std::optional<int64_t> CudaFreeBytes(const torch::Device& device) {
 void SetCpuThreads(int threads) {
   torch::set_num_threads(threads);
   if (openblas_set_num_threads != nullptr) openblas_set_num_threads(threads);
+}
+
+std::string ShortenBlasThreadWait() {
+  constexpr const char* kVariable = "OPENBLAS_THREAD_TIMEOUT";
+  if (openblas_read_env == nullptr || openblas_thread_timeout == nullptr || blas_thread_shutdown_ == nullptr)
+    return "BLAS: not OpenBLAS; its threads' wait left as it is";
+  if (const char* user = std::getenv(kVariable); user != nullptr)
+    return fmt::format("BLAS: {}={} is set; OpenBLAS's idle threads wait as it says", kVariable, user);
+  if (::setenv(kVariable, "20", /*overwrite=*/0) != 0)
+    return fmt::format("BLAS: could not set {}; OpenBLAS's idle threads spin about 0.1 s before they sleep", kVariable);
+  openblas_read_env();
+  if (openblas_thread_timeout() != 20)
+    return fmt::format("BLAS: OpenBLAS did not take {}; its idle threads spin about 0.1 s before they sleep", kVariable);
+  blas_thread_shutdown_();
+  return fmt::format("BLAS: OpenBLAS's idle threads sleep after 2^20 cycles ({}=20), not 2^28 (about 0.1 s)",
+                     kVariable);
 }
 
 Status ResolveDevice(const std::string& name, torch::Device* out) {

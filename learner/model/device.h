@@ -20,6 +20,18 @@ Status ResolveDevice(const std::string& name, torch::Device* out);
 // workers that made the acting forward at batch 256 five times slower). OpenBLAS's cap is process-wide.
 void SetCpuThreads(int threads);
 
+// OpenBLAS's helper threads (its pthreads build: LibTorch's BLAS on Debian) busy-wait, calling sched_yield, for
+// 2^28 cycles (about 0.1 s) after each job before they sleep, so with learner.threads > 1 they never sleep
+// between the GEMMs of a forward or backward pass, and take the cores from ATen's own threads and from workers.
+// This makes them sleep after 2^20 cycles (OPENBLAS_THREAD_TIMEOUT=20, under half a millisecond: awake across a
+// pass's back-to-back products, asleep between acting batches; a job wakes them) and restarts OpenBLAS's pool so
+// that the wait takes effect (the pool comes back at the next threaded call, as after a fork). uav_coverage, 16
+// workers, learner.threads 2: mlp 5,939-6,132 env steps/s against 5,280-5,419 with the default wait, a GRU
+// 2,176-2,242 against 2,163-2,174 (docs/PERFORMANCE.md). Nothing
+// changes when the environment sets OPENBLAS_THREAD_TIMEOUT (the user's choice wins) or the BLAS is not OpenBLAS.
+// Call once, early in main, before any other thread uses BLAS. Returns what it did, for the log.
+std::string ShortenBlasThreadWait();
+
 // The free memory of a CUDA device (cudaMemGetInfo); none on the CPU, without CUDA, or when it cannot be read.
 std::optional<int64_t> CudaFreeBytes(const torch::Device& device);
 
