@@ -102,6 +102,10 @@ TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 TORCH_LIB="$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
 export LD_LIBRARY_PATH="$TORCH_LIB:$LD_LIBRARY_PATH"
 ls "$(dirname "$TORCH_LIB")/include" | tr '\n' ' '; echo
+# PyTorch's wheels export a std::filesystem::remove_all of their own that crashes when called from this build (the
+# likely cause of scripted_encoder_test's SIGSEGV with torch 2.11; tests/remove_all_lint_test.sh keeps the calls out).
+fig "libtorch_cpu.so's std::filesystem::remove_all definitions: $(nm -D --defined-only "$TORCH_LIB/libtorch_cpu.so" \
+  2>/dev/null | grep -c 'filesystem.*remove_all')"
 
 # The programs and the tests that exercise CUDA; everything else is covered by CI on the CPU.
 TARGETS="${FARM_GPU_TARGETS:-farm-learner farm-worker farm-bench farm-eval cuda_graph_test ppo_graph_test

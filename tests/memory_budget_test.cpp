@@ -2,6 +2,7 @@
 // and /proc (fake trees here), and the messages that name them.
 #include "learner/run/memory_budget.h"
 #include "learner/model/encoder.h"
+#include "common/files.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -21,7 +22,7 @@ struct FakeTree {
   fs::path root = fs::temp_directory_path() / ("farm-memory-" + std::to_string(::getpid()) + "-" +
                                                  std::to_string(reinterpret_cast<uintptr_t>(this)));
   FakeTree() { fs::create_directories(root); }
-  ~FakeTree() { fs::remove_all(root); }
+  ~FakeTree() { (void)RemoveTree(root.string()); }  // not fs::remove_all: see RemoveTree (common/files.h)
   void Write(const std::string& rel, const std::string& text) {
     const fs::path p = root / rel;
     fs::create_directories(p.parent_path());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "worker/python_launch.h"
 
 namespace farm {
@@ -123,7 +124,7 @@ TEST_CASE("env.python: a .py path is made absolute, a missing file or a value wi
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.message(), Catch::Contains("no_such_config_dir/sub/missing.py") &&
                                     Catch::Contains("python_launch_test_dir/sub/missing.py"));
-  std::filesystem::remove_all(dir);
+  REQUIRE(RemoveTree(dir).ok());
 }
 
 // A fake interpreter: a shell script in `dir` that answers the probe as an interpreter lacking `missing` would
@@ -154,10 +155,7 @@ struct TempDir {
     REQUIRE(mkdtemp(t.data()) != nullptr);
     path = t;
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
+  ~TempDir() { (void)RemoveTree(path.string()); }
 };
 
 std::string Slurp(const std::string& path) {

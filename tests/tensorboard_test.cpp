@@ -2,6 +2,7 @@
 // writer (its own bitwise CRC32C, its own record parser, a raw protobuf walk
 // that pins TensorBoard's field numbers), so a shared mistake cannot hide.
 #include "common/tensorboard.h"
+#include "common/files.h"
 
 #include <unistd.h>
 
@@ -90,12 +91,9 @@ struct TempDir {
     static int counter = 0;
     path = fs::temp_directory_path() /
            ("farm_tensorboard_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
+    (void)RemoveTree(path.string());
   }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+  ~TempDir() { (void)RemoveTree(path.string()); }
 };
 
 // One protobuf field as it sits on the wire.

@@ -18,6 +18,7 @@
 #include <fstream>
 
 #include "common/curve.h"
+#include "common/files.h"
 #include "common/transport.h"
 
 using namespace farm;
@@ -38,7 +39,7 @@ class TempDir {
     path_ = fs::temp_directory_path() / fmt::format("farm-transport-test-{}-{}", ::getpid(), counter_++);
     fs::create_directories(path_);
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~TempDir() { (void)RemoveTree(path_.string()); }
   std::string Write(const std::string& name, const std::string& text) const {
     const auto p = (path_ / name).string();
     std::ofstream(p) << text;

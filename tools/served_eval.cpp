@@ -23,6 +23,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/files.h"
+
 namespace farm {
 namespace {
 
@@ -208,9 +210,8 @@ class TempDir {
     path_ = tmpl;
     return Status::Ok();
   }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  ~TempDir() {  // not std::filesystem::remove_all: see RemoveTree (common/files.h)
+    if (!path_.empty()) (void)RemoveTree(path_);
   }
   const std::string& path() const { return path_; }
 
