@@ -168,7 +168,6 @@ struct ClientShape {
   std::vector<float> state;  // [group_envs, state numel]: every request's global states (empty without)
   farm::NormalizerOptions normalization;  // what the Hello declares: the learner refuses a worker whose differs
 
-
   int rows() const { return group_envs * static_cast<int>(num_agents); }
 };
 

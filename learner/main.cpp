@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   // Before the first tensor: every batch's and minibatch's temporaries are then reused, not faulted in afresh.
   const std::string allocator = farm::KeepFreedMemoryForReuse();
   // Before the first BLAS call: OpenBLAS's pool restarts with the shorter wait.
-  const std::string blas = farm::ShortenBlasThreadWait();
+  const std::string blas = farm::ShortenBlasThreadWait().message;
   CLI::App app{"Rollout Farm learner: batches workers' requests, acts with the policy and trains it with PPO"};
   std::string config_path;
   std::vector<std::string> overrides;

@@ -42,20 +42,25 @@ void SetCpuThreads(int threads) {
   if (openblas_set_num_threads != nullptr) openblas_set_num_threads(threads);
 }
 
-std::string ShortenBlasThreadWait() {
+BlasWait ShortenBlasThreadWait() {
   constexpr const char* kVariable = "OPENBLAS_THREAD_TIMEOUT";
+  using Outcome = BlasWait::Outcome;
   if (openblas_read_env == nullptr || openblas_thread_timeout == nullptr || blas_thread_shutdown_ == nullptr)
-    return "BLAS: not OpenBLAS; its threads' wait left as it is";
+    return {Outcome::kNotOpenBlas, "BLAS: not OpenBLAS; its threads' wait left as it is"};
   if (const char* user = std::getenv(kVariable); user != nullptr)
-    return fmt::format("BLAS: {}={} is set; OpenBLAS's idle threads wait as it says", kVariable, user);
-  if (::setenv(kVariable, "20", /*overwrite=*/0) != 0)
-    return fmt::format("BLAS: could not set {}; OpenBLAS's idle threads spin about 0.1 s before they sleep", kVariable);
+    return {Outcome::kUserSet,
+            fmt::format("BLAS: {}={} is set; OpenBLAS's idle threads wait as it says", kVariable, user)};
+  const std::string value = std::to_string(kShortBlasWaitExponent);
+  if (::setenv(kVariable, value.c_str(), /*overwrite=*/0) != 0)
+    return {Outcome::kFailed, fmt::format("BLAS: could not set {}; OpenBLAS's idle threads spin about 0.1 s before "
+                                          "they sleep", kVariable)};
   openblas_read_env();
-  if (openblas_thread_timeout() != 20)
-    return fmt::format("BLAS: OpenBLAS did not take {}; its idle threads spin about 0.1 s before they sleep", kVariable);
+  if (openblas_thread_timeout() != kShortBlasWaitExponent)
+    return {Outcome::kFailed, fmt::format("BLAS: OpenBLAS did not take {}; its idle threads spin about 0.1 s before "
+                                          "they sleep", kVariable)};
   blas_thread_shutdown_();
-  return fmt::format("BLAS: OpenBLAS's idle threads sleep after 2^20 cycles ({}=20), not 2^28 (about 0.1 s)",
-                     kVariable);
+  return {Outcome::kShortened, fmt::format("BLAS: OpenBLAS's idle threads sleep after 2^{} cycles ({}={}), not 2^28 "
+                                           "(about 0.1 s)", kShortBlasWaitExponent, kVariable, value)};
 }
 
 Status ResolveDevice(const std::string& name, torch::Device* out) {

@@ -29,8 +29,19 @@ void SetCpuThreads(int threads);
 // workers, learner.threads 2: mlp 5,939-6,132 env steps/s against 5,280-5,419 with the default wait, a GRU
 // 2,176-2,242 against 2,163-2,174 (docs/PERFORMANCE.md). Nothing
 // changes when the environment sets OPENBLAS_THREAD_TIMEOUT (the user's choice wins) or the BLAS is not OpenBLAS.
-// Call once, early in main, before any other thread uses BLAS. Returns what it did, for the log.
-std::string ShortenBlasThreadWait();
+// Call once, early in main, before any other thread uses BLAS. Returns what it did, and a line for the log.
+struct BlasWait {
+  enum class Outcome {
+    kShortened,    // OpenBLAS's idle threads now sleep after 2^kShortBlasWaitExponent cycles
+    kUserSet,      // OPENBLAS_THREAD_TIMEOUT was set by the user: left as it is
+    kNotOpenBlas,  // LibTorch's BLAS is not OpenBLAS (or lacks the functions): nothing to do
+    kFailed,       // OpenBLAS did not take the variable: its threads still spin about 0.1 s
+  };
+  Outcome outcome;
+  std::string message;
+};
+inline constexpr int kShortBlasWaitExponent = 20;
+BlasWait ShortenBlasThreadWait();
 
 // The free memory of a CUDA device (cudaMemGetInfo); none on the CPU, without CUDA, or when it cannot be read.
 std::optional<int64_t> CudaFreeBytes(const torch::Device& device);
