@@ -20,8 +20,10 @@
 #          MemoryCue-v0 (delay 32) with a GRU in bf16, side by side, each with farm-eval; then uav_coverage with
 #          the cnn encoder and a GRU, 16 workers async (bf16) and 64 workers sync, as the scale runs
 #          (FARM_GPU_CORE_SCALE_RUNS, WORKERS:MODE:KEY=VALUE,... each);
-#   encoders  issue 31's learning comparison: uav_coverage with the built-in cnn, `impala` and the cnn written in
-#          PyTorch (examples/models/encoders.py), the seeds of FARM_GPU_ENC_SEEDS (default "1 2 3") all side by
+#   encoders  issue 31's learning comparison: uav_coverage with the encoders of FARM_GPU_ENC_KINDS (default "cnn
+#          impala scripted": the built-in cnn, `impala` [16, 32, 32], the cnn written in PyTorch,
+#          examples/models/encoders.py; also `impala2`, impala_channels [16, 32], whose two pools leave the 7x7
+#          view 2x2 where three leave 1x1), the seeds of FARM_GPU_ENC_SEEDS (default "1 2 3") all side by
 #          side, FARM_GPU_ENC_WORKERS workers (default 4) x 8 envs, FARM_GPU_ENC_STEPS env steps (default 500000),
 #          then farm-eval's deterministic coverage (100 episodes, one per new cell, no penalty) of each;
 #   seeds  (--seeds-workload) the seeds' workload, issue 29's table: uav_coverage, cnn encoder, 16 workers x 32
@@ -413,15 +415,21 @@ if enough 200 encoders; then
     python3 examples/models/encoders.py cnn --shape 3 32 32 --features 128 --out "$enc/uav_critic.pt" ||
     fig "FAIL examples/models/encoders.py"
   steps="${FARM_GPU_ENC_STEPS:-500000}" ew="${FARM_GPU_ENC_WORKERS:-4}"
-  say "uav_coverage encoders: cnn, impala, scripted cnn; seeds ${FARM_GPU_ENC_SEEDS:-1 2 3}; $ew workers; $steps env steps"
+  say "uav_coverage encoders: ${FARM_GPU_ENC_KINDS:-cnn impala scripted}; seeds ${FARM_GPU_ENC_SEEDS:-1 2 3}; $ew workers; $steps env steps"
   LEARN_TIMEOUT=$(($(left) - 60))
   common=(total_env_steps="$steps" max_wall_seconds=$((LEARN_TIMEOUT - 40)) learner.checkpoint_every=50)
   for seed in ${FARM_GPU_ENC_SEEDS:-1 2 3}; do
-    learn_start "enc_cnn_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" ppo.encoder=cnn "${common[@]}"
-    learn_start "enc_impala_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" ppo.encoder=impala "${common[@]}"
-    learn_start "enc_scripted_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" \
-      ppo.actor_encoder_script="$enc/uav_actor.pt" ppo.critic_encoder_script="$enc/uav_critic.pt" \
-      "ppo.hidden_sizes=[128]" "${common[@]}"
+    for kind in ${FARM_GPU_ENC_KINDS:-cnn impala scripted}; do
+      case "$kind" in
+        cnn) extra=(ppo.encoder=cnn) ;;
+        impala) extra=(ppo.encoder=impala) ;;
+        impala2) extra=(ppo.encoder=impala "ppo.impala_channels=[16, 32]") ;;
+        scripted) extra=(ppo.actor_encoder_script="$enc/uav_actor.pt" ppo.critic_encoder_script="$enc/uav_critic.pt"
+                         "ppo.hidden_sizes=[128]") ;;
+        *) fig "FAIL FARM_GPU_ENC_KINDS: unknown encoder '$kind' (cnn, impala, impala2, scripted)"; continue ;;
+      esac
+      learn_start "enc_${kind}_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" "${extra[@]}" "${common[@]}"
+    done
   done
   learn_finish --episodes 100 --set env.options.cell_reward=1 --set env.options.collision_penalty=0
   unset LEARN_TIMEOUT
