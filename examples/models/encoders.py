@@ -39,10 +39,6 @@ class FarmCnn(nn.Module):
         self.linear = nn.Linear(64 * out_h * out_w, features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # On the CPU, as the built-in encoders do in fp32: LibTorch's oneDNN convolutions run faster, forward and
-        # backward, on a channels-last input (the same values; Flatten reads the logical [C, H, W] order).
-        if x.device.type == "cpu":
-            x = x.contiguous(memory_format=torch.channels_last)
         return torch.relu(self.linear(self.conv(x)))
 
 

@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "learner/model/amp.h"
 #include "learner/model/scripted_encoder.h"
 
 namespace farm {
@@ -40,21 +39,15 @@ torch::nn::Sequential Mlp(int64_t in, const std::vector<int>& hidden_sizes, int6
 
 // Inputs may arrive as uint8/int/double; the networks want float32 [B, numel] (mlp), [B, C, H, W] (an image
 // encoder) or [B, shape...] (a scripted encoder). Both reshape and to() are no-ops (views / same tensor) in the
-// common case. On the CPU in fp32 a built-in image encoder's input is laid out channels-last ([B, H, W, C] in
-// memory, the same [B, C, H, W] tensor), the layout in which LibTorch's oneDNN convolutions run fastest, forward
-// and backward (docs/PERFORMANCE.md, "Encoders from the config"). Every layer computes the same values; Flatten
-// reads the logical [C, H, W] order. CPU autocast (bf16), not measured, keeps the default layout. A scripted
-// encoder gets its input as it is: a script may view it.
+// common case.
 torch::Tensor Shaped(const torch::Tensor& x, const Space& space, Encoder encoder, bool scripted) {
   if (scripted) {
     c10::SmallVector<int64_t, 8> shape{x.size(0)};  // on the stack: this runs on every forward
     shape.append(space.shape.begin(), space.shape.end());
     return x.reshape(shape).to(torch::kFloat32);
   }
-  if (IsImageEncoder(encoder)) {
-    torch::Tensor image = x.reshape({x.size(0), space.shape[0], space.shape[1], space.shape[2]}).to(torch::kFloat32);
-    return image.is_cpu() && !AutocastEnabled(torch::kCPU) ? image.contiguous(at::MemoryFormat::ChannelsLast) : image;
-  }
+  if (IsImageEncoder(encoder))
+    return x.reshape({x.size(0), space.shape[0], space.shape[1], space.shape[2]}).to(torch::kFloat32);
   return x.reshape({x.size(0), space.numel()}).to(torch::kFloat32);
 }
 
