@@ -35,7 +35,7 @@ struct BlasWait {
     kShortened,    // OpenBLAS's idle threads now sleep after 2^kShortBlasWaitExponent cycles
     kUserSet,      // OPENBLAS_THREAD_TIMEOUT was set by the user: left as it is
     kNotOpenBlas,  // LibTorch's BLAS is not OpenBLAS (or lacks the functions): nothing to do
-    kFailed,       // OpenBLAS did not take the variable: its threads still spin about 0.1 s
+    kFailed,       // setenv failed, or OpenBLAS did not take the variable: its threads still spin about 0.1 s
   };
   Outcome outcome;
   std::string message;
