@@ -23,7 +23,7 @@
 #   encoders  issue 31's learning comparison: uav_coverage with the encoders of FARM_GPU_ENC_KINDS (default "cnn
 #          impala scripted": the built-in cnn, `impala` [16, 32, 32], the cnn written in PyTorch,
 #          examples/models/encoders.py; also `impala2`, impala_channels [16, 32], whose two pools leave the 7x7
-#          view 2x2 where three leave 1x1), the seeds of FARM_GPU_ENC_SEEDS (default "1 2 3") all side by
+#          view 2x2 where three leave 1x1; `impala1`, impala_channels [32], one pool: 4x4x32), the seeds of FARM_GPU_ENC_SEEDS (default "1 2 3") all side by
 #          side, FARM_GPU_ENC_WORKERS workers (default 4) x 8 envs, FARM_GPU_ENC_STEPS env steps (default 500000),
 #          then farm-eval's deterministic coverage (100 episodes, one per new cell, no penalty) of each;
 #   seeds  (--seeds-workload) the seeds' workload, issue 29's table: uav_coverage, cnn encoder, 16 workers x 32
@@ -424,9 +424,10 @@ if enough 200 encoders; then
         cnn) extra=(ppo.encoder=cnn) ;;
         impala) extra=(ppo.encoder=impala) ;;
         impala2) extra=(ppo.encoder=impala "ppo.impala_channels=[16, 32]") ;;
+        impala1) extra=(ppo.encoder=impala "ppo.impala_channels=[32]") ;;
         scripted) extra=(ppo.actor_encoder_script="$enc/uav_actor.pt" ppo.critic_encoder_script="$enc/uav_critic.pt"
                          "ppo.hidden_sizes=[128]") ;;
-        *) fig "FAIL FARM_GPU_ENC_KINDS: unknown encoder '$kind' (cnn, impala, impala2, scripted)"; continue ;;
+        *) fig "FAIL FARM_GPU_ENC_KINDS: unknown encoder '$kind' (cnn, impala, impala2, impala1, scripted)"; continue ;;
       esac
       learn_start "enc_${kind}_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" "${extra[@]}" "${common[@]}"
     done

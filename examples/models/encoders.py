@@ -12,6 +12,7 @@ Usage (Debian's python3-torch; its TorchScript files load in the farm's LibTorch
   python3 examples/models/encoders.py cnn --shape 5 7 7 --features 128 --out actor_encoder.pt
   python3 examples/models/encoders.py cnn --shape 3 32 32 --features 128 --out critic_encoder.pt
   python3 examples/models/encoders.py mlp --shape 4 --features 64 --out cartpole_encoder.pt
+  python3 examples/models/encoders.py impala --shape 5 7 7 --channels 16 32 --features 128 --out impala.pt
 then `--set ppo.actor_encoder_script=actor_encoder.pt --set ppo.critic_encoder_script=critic_encoder.pt`;
 examples/models/uav_scripted.yaml trains uav_coverage through two cnn scripts (its header says how to make them).
 """
@@ -42,6 +43,39 @@ class FarmCnn(nn.Module):
         return torch.relu(self.linear(self.conv(x)))
 
 
+class ImpalaBlock(nn.Module):
+    """A residual block of the IMPALA ResNet: x + conv(relu(conv(relu(x)))), 3x3 convs that keep the channels."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class FarmImpala(nn.Module):
+    """The farm's built-in impala encoder (ppo.encoder: impala, ppo.impala_channels) written in PyTorch: per stage
+    a conv 3x3 (padding 1), a max-pool 3x3 stride 2 (padding 1) and two residual blocks; then ReLU, flatten,
+    Linear -> features, ReLU. As with FarmCnn, a run with this script and ppo.hidden_sizes [H] is the built-in
+    impala run with ppo.hidden_sizes [features, H]."""
+
+    def __init__(self, shape, features, stages):
+        super().__init__()
+        channels, height, width = shape
+        layers = []
+        for out in stages:
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
+                       ImpalaBlock(out), ImpalaBlock(out)]
+            channels, height, width = out, (height + 1) // 2, (width + 1) // 2
+        self.stages = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+        self.linear = nn.Linear(channels * height * width, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(self.stages(x)))
+
+
 class Mlp(nn.Module):
     """A Linear to `features` and tanh on the flattened input (vector observations: CartPole's [4])."""
 
@@ -70,19 +104,26 @@ def farm_init(module):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["cnn", "mlp"])
+    parser.add_argument("kind", choices=["cnn", "impala", "mlp"])
     parser.add_argument("--shape", type=int, nargs="+", required=True, help="the input's shape, without the batch")
     parser.add_argument("--features", type=int, required=True, help="F, the width of the features")
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed for the initial weights")
     parser.add_argument("--init", choices=["farm", "torch"], default="farm",
                         help="farm: orthogonal weights (gain sqrt 2) and zero biases, as the farm initialises its own "
                              "layers (the built-in encoders); torch: PyTorch's defaults")
+    parser.add_argument("--channels", type=int, nargs="+", default=[16, 32, 32],
+                        help="impala: the channels of each stage (ppo.impala_channels), default 16 32 32")
     parser.add_argument("--out", required=True, help="the TorchScript file to write")
     args = parser.parse_args()
-    if args.kind == "cnn" and len(args.shape) != 3:
-        parser.error(f"cnn takes a [C, H, W] input, got --shape {args.shape}")
+    if args.kind in ("cnn", "impala") and len(args.shape) != 3:
+        parser.error(f"{args.kind} takes a [C, H, W] input, got --shape {args.shape}")
     torch.manual_seed(args.seed)
-    module = (FarmCnn if args.kind == "cnn" else Mlp)(args.shape, args.features)
+    if args.kind == "cnn":
+        module = FarmCnn(args.shape, args.features)
+    elif args.kind == "impala":
+        module = FarmImpala(args.shape, args.features, args.channels)
+    else:
+        module = Mlp(args.shape, args.features)
     if args.init == "farm":
         farm_init(module)
     scripted = torch.jit.script(module)
