@@ -47,6 +47,7 @@
 #include "learner/serve/router_loop.h"
 #include "learner/serve/work.h"
 #include "learner/serve/worker_registry.h"
+#include "learner/train/critic_watch.h"
 #include "learner/train/trainer_thread.h"
 
 namespace farm {
@@ -195,6 +196,7 @@ struct Learner::Impl {
   RunNormalizer normalizer;
   RolloutCollector collector;
   RunStats stats;
+  CriticWatch critic_watch;                // a critic stuck on one value, said once
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;

@@ -47,11 +47,14 @@ void SetMeans(const torch::Tensor& means, PpoStats* stats) {
   stats->clip_fraction = m[kClipFraction];
 }
 
-// 1 - Var(y - pred) / Var(y) (population variances); NaN when Var(y) == 0, where it is undefined.
-double ExplainedVariance(const torch::Tensor& pred, const torch::Tensor& y) {
+// How well the rollout's values (as acted) predicted its returns: explained variance 1 - var(y - pred) / var(y)
+// (population variances; NaN when the returns do not vary, where it is undefined), and the spread of each.
+void SetValueFit(const torch::Tensor& pred, const torch::Tensor& y, PpoStats* stats) {
   const double var_y = y.var(/*unbiased=*/false).item<double>();
-  if (var_y == 0) return std::numeric_limits<double>::quiet_NaN();
-  return 1.0 - (y - pred).var(/*unbiased=*/false).item<double>() / var_y;
+  stats->explained_variance = var_y == 0 ? std::numeric_limits<double>::quiet_NaN()
+                                         : 1.0 - (y - pred).var(/*unbiased=*/false).item<double>() / var_y;
+  stats->value_std = pred.std(/*unbiased=*/false).item<double>();
+  stats->return_std = std::sqrt(var_y);
 }
 
 // The units (rows; runs of k rows; chunks with their k columns) whose every sample's lag is at most
@@ -120,6 +123,8 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
       {"old_approx_kl", old_approx_kl},
       {"clip_fraction", clip_fraction},
       {"explained_variance", explained_variance},
+      {"value_std", value_std},
+      {"return_std", return_std},
       {"learning_rate", learning_rate},
       {"grad_norm", grad_norm},
       {"loss_scale", loss_scale},
@@ -413,7 +418,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     }
     fused_->Run(batch_in, generator_, *optimizer_, &stats, cancel);
     stats.loss_scale = scaler_.scale();
-    stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    SetValueFit(b_values, b_returns, &stats);
     return stats;
   }
 
@@ -450,7 +455,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     SetMeans(sums.stats / static_cast<double>(sums.steps), &stats);
     stats.grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
     stats.loss_scale = scaler_.scale();
-    stats.explained_variance = ExplainedVariance(b_values, b_returns);
+    SetValueFit(b_values, b_returns, &stats);
     ++graphed_updates_;
     return stats;
   }
@@ -510,7 +515,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   SetMeans(stat_sums / static_cast<double>(minibatches_run), &stats);
   stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
   stats.loss_scale = scaler_.scale();
-  stats.explained_variance = ExplainedVariance(b_values, b_returns);
+  SetValueFit(b_values, b_returns, &stats);
   return stats;
 }
 

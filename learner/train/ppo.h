@@ -62,6 +62,11 @@ struct PpoStats {
   double old_approx_kl = 0;
   double clip_fraction = 0;
   double explained_variance = 0;
+  // The spread (population std) over the batch of the values the acting policy predicted, and of the returns
+  // they are trained towards. value_std 0 while return_std is not: the critic gives every row one value
+  // (CriticWatch, learner/train/critic_watch.h).
+  double value_std = 0;
+  double return_std = 0;
   double learning_rate = 0;
   double grad_norm = 0;       // mean pre-clip norm over the minibatches whose optimizer step ran
   double loss_scale = 1;      // the loss scaler's scale after the update (1 unless fp16)

@@ -1,0 +1,110 @@
+// A critic stuck on one value (learner/train/critic_watch.h): PpoStats' value_std and return_std from a real
+// update, a critic whose ReLUs are all dead reporting value_std 0 and explained variance 0, and the watch's
+// warning after CriticWatch::kUpdates such updates, said once, and its note when the values vary again.
+#include "learner/train/critic_watch.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
+#include "tests/ppo_test_util.h"
+
+// LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+namespace farm {
+namespace {
+
+PpoStats Fit(double value_std, double return_std) {
+  PpoStats s;
+  s.value_std = value_std;
+  s.return_std = return_std;
+  s.explained_variance = value_std == 0 ? 0 : 0.5;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a PPO update reports the spread of the values and returns, and a dead critic's is 0", "[critic_watch]") {
+  const Space space = Space::Box({6}, {-1.f}, {1.f});
+  PolicyOptions relu;
+  relu.layout.activation = Activation::kRelu;
+  for (const bool dead : {false, true}) {
+    INFO((dead ? "dead critic" : "healthy critic"));
+    torch::manual_seed(11);
+    ActorCritic policy(space, Space::Discrete(3), std::vector<int>{16}, relu);
+    if (dead) {
+      // The critic's first Linear far below zero: every ReLU is 0 for every input, as after a step too far.
+      bool killed = false;
+      for (auto& p : policy->named_parameters()) {
+        if (killed || p.key().rfind("critic.", 0) != 0 || p.key().find("bias") == std::string::npos) continue;
+        torch::NoGradGuard no_grad;
+        p.value().fill_(-1e4);
+        killed = true;
+      }
+      REQUIRE(killed);
+    }
+    const Rollout r = testing::ActedRollout(policy, torch::rand({8 * 4, 6}) * 2 - 1, {}, 8, 4);
+    PpoConfig config;
+    config.num_minibatches = 2;
+    config.update_epochs = 2;
+    const PpoStats stats = PpoTrainer(policy, config, 1).Update(r, 0);
+    const Advantages gae =
+        ComputeGae(r.rewards, r.values, r.dones, r.last_value, config.gamma, config.gae_lambda);
+    CHECK(stats.return_std > 0);
+    CHECK(stats.return_std == Approx(gae.returns.std(/*unbiased=*/false).item<double>()).epsilon(1e-5));
+    CHECK(stats.value_std == Approx(r.values.std(/*unbiased=*/false).item<double>()).epsilon(1e-5).margin(1e-12));
+    if (dead) {
+      CHECK(stats.value_std == 0);
+      CHECK(stats.explained_variance == Approx(0).margin(1e-6));
+    } else {
+      CHECK(stats.value_std > CriticWatch::kRelativeSpread * stats.return_std);
+    }
+    bool listed = false;
+    for (const auto& [name, value] : stats.Items()) listed |= name == "value_std" && value == stats.value_std;
+    CHECK(listed);  // in metrics.jsonl and TensorBoard
+  }
+}
+
+TEST_CASE("the watch warns once after kUpdates constant updates, and notes when the values vary again",
+          "[critic_watch]") {
+  CriticWatch watch;
+  int64_t update = 0;
+  // A varying critic, then a constant one: nothing until the kUpdates-th constant update.
+  CHECK_FALSE(watch.Observe(++update, Fit(1.0, 2.0)));
+  for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 2.0)));
+  const auto warning = watch.Observe(++update, Fit(0.0, 2.0));
+  REQUIRE(warning);
+  CHECK_THAT(*warning, Catch::Contains("same value for 5 updates") && Catch::Contains("update 6") &&
+                           Catch::Contains("ppo.lr"));
+  CHECK(watch.constant_updates() == CriticWatch::kUpdates);
+  // Said once: further constant updates, and updates whose returns do not vary, say nothing.
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 2.0)));
+  CHECK_FALSE(watch.Observe(++update, Fit(0.0, 0.0)));
+  // A spread below kRelativeSpread of the returns' is still constant.
+  CHECK_FALSE(watch.Observe(++update, Fit(1e-5, 2.0)));
+  const auto back = watch.Observe(++update, Fit(0.3, 2.0));
+  REQUIRE(back);
+  CHECK_THAT(*back, Catch::Contains("vary again at update 29") && Catch::Contains("constant at update 6"));
+  CHECK(watch.constant_updates() == 0);
+  CHECK_FALSE(watch.Observe(++update, Fit(0.3, 2.0)));
+  // Dying again later is said again.
+  std::optional<std::string> again;
+  for (int i = 0; i < CriticWatch::kUpdates; ++i) again = watch.Observe(++update, Fit(0.0, 2.0));
+  CHECK(again);
+}
+
+TEST_CASE("the watch counts only consecutive constant updates", "[critic_watch]") {
+  CriticWatch watch;
+  int64_t update = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 1.0)));
+    CHECK_FALSE(watch.Observe(++update, Fit(0.2, 1.0)));  // varies before the count is reached
+  }
+  CHECK(watch.constant_updates() == 0);
+}
+
+}  // namespace farm
