@@ -61,7 +61,7 @@ TEST_CASE("a PPO update reports the spread of the values and returns, and a dead
       CHECK(stats.value_std == 0);
       CHECK(stats.explained_variance == Approx(0).margin(1e-6));
     } else {
-      CHECK(stats.value_std > CriticWatch::kRelativeSpread * stats.return_std);
+      CHECK(stats.value_std > CriticWatch::kConstantSpread * stats.return_std);
     }
     bool listed = false;
     for (const auto& [name, value] : stats.Items()) listed |= name == "value_std" && value == stats.value_std;
@@ -84,11 +84,15 @@ TEST_CASE("the watch warns once after kUpdates constant updates, and notes when 
   // Said once: further constant updates, and updates whose returns do not vary, say nothing.
   for (int i = 0; i < 20; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 2.0)));
   CHECK_FALSE(watch.Observe(++update, Fit(0.0, 0.0)));
-  // A spread below kRelativeSpread of the returns' is still constant.
+  // A spread below kConstantSpread of the returns' is still constant; one between that and kVaryingSpread is not
+  // yet varying again (a dying critic's wanders there), nor does it start a new count of constant updates.
   CHECK_FALSE(watch.Observe(++update, Fit(1e-5, 2.0)));
+  CHECK_FALSE(watch.Observe(++update, Fit(1e-3, 2.0)));
+  CHECK(watch.constant_updates() == 0);
+  for (int i = 0; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 2.0)));
   const auto back = watch.Observe(++update, Fit(0.3, 2.0));
   REQUIRE(back);
-  CHECK_THAT(*back, Catch::Contains("vary again at update 29") && Catch::Contains("constant at update 6"));
+  CHECK_THAT(*back, Catch::Contains("vary again at update 35") && Catch::Contains("constant at update 6"));
   CHECK(watch.constant_updates() == 0);
   CHECK_FALSE(watch.Observe(++update, Fit(0.3, 2.0)));
   // Dying again later is said again.

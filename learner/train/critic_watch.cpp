@@ -10,14 +10,15 @@ namespace farm {
 std::optional<std::string> CriticWatch::Observe(int64_t update, const PpoStats& stats) {
   // Returns that do not vary (or a cancelled, empty update) say nothing about the critic: the count holds.
   if (!(stats.return_std > 0) || !std::isfinite(stats.value_std)) return std::nullopt;
-  if (stats.value_std >= kRelativeSpread * stats.return_std) {
+  const double spread = stats.value_std / stats.return_std;
+  if (spread >= kConstantSpread) {
     constant_updates_ = 0;
-    if (!reported_at_) return std::nullopt;
+    if (!reported_at_ || spread < kVaryingSpread) return std::nullopt;
     const int64_t since = *reported_at_;
     reported_at_.reset();
-    return fmt::format("the critic's values vary again at update {} (value_std {:.3g}, explained variance {:.3f}; "
-                       "reported constant at update {})",
-                       update, stats.value_std, stats.explained_variance, since);
+    return fmt::format("the critic's values vary again at update {} (value_std {:.3g} against return_std {:.3g}, "
+                       "explained variance {:.3f}; reported constant at update {})",
+                       update, stats.value_std, stats.return_std, stats.explained_variance, since);
   }
   if (++constant_updates_ != kUpdates || reported_at_) return std::nullopt;
   reported_at_ = update;

@@ -1,13 +1,13 @@
 // CriticWatch: notices a critic that gives every row the same value, update after update, and says so once.
 //
-// A critic whose hidden ReLU units have all gone below zero for every input (a step that moved the Linear
-// after the encoder too far) outputs one constant: its explained variance is 0 to the last digit, no gradient
-// reaches its encoder again, and the actor trains on advantages without a baseline for the rest of the run.
-// Nothing fails, so without a word the run only looks slow. Seen on uav_coverage with ppo.encoder impala: one
-// seed of three kept explained variance 0.000 from update 16 to its last (docs/PERFORMANCE.md, "uav_coverage
-// learning"). The watch takes each update's PpoStats (value_std, return_std) and returns a line to log when
-// the critic has been constant for kUpdates updates in a row while the returns varied, and another when it
-// varies again.
+// A critic whose hidden ReLU units have all gone below zero for every input outputs one constant: its
+// explained variance is 0 to the last digit, no gradient reaches its encoder, and the actor trains on
+// advantages without a baseline. Nothing fails, so without a word the run only looks slow. Seen on
+// uav_coverage with ppo.encoder impala (docs/PERFORMANCE.md, "uav_coverage learning"): the values' spread
+// shrank over ~15 updates from 0.46 to 1e-5 of returns spread ~2; one run stayed so from update 16 to its
+// last, others came back after 10 to 50 updates and could die again. The watch takes each update's PpoStats
+// (value_std, return_std) and returns a line to log when the critic has been constant for kUpdates updates in
+// a row while the returns varied, and another when it varies again (kVaryingSpread).
 //
 // Threading: not thread-safe; the learner's inference thread owns it.
 #pragma once
@@ -24,8 +24,11 @@ class CriticWatch {
  public:
   // Updates in a row whose values did not vary before the watch speaks.
   static constexpr int kUpdates = 5;
-  // Values "do not vary" when their spread is below this fraction of the returns'.
-  static constexpr double kRelativeSpread = 1e-4;
+  // Values "do not vary" when their spread is below this fraction of the returns'; a critic reported constant
+  // "varies again" once its spread reaches kVaryingSpread of the returns' (in between, it is neither: a dying
+  // critic's spread wanders about 1e-4 for many updates, and the log should not flap).
+  static constexpr double kConstantSpread = 1e-4;
+  static constexpr double kVaryingSpread = 1e-2;
 
   // The update `update`'s statistics. Returns a warning the first time the critic has been constant for
   // kUpdates updates, and a note when a critic reported constant varies again; nullopt otherwise.
