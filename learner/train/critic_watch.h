@@ -4,7 +4,7 @@
 // explained variance is 0 to the last digit, no gradient reaches its encoder, and the actor trains on
 // advantages without a baseline. Nothing fails, so without a word the run only looks slow. Seen on
 // uav_coverage with ppo.encoder impala (docs/PERFORMANCE.md, "uav_coverage learning"): the values' spread
-// shrank over 17 updates from 0.46 to 2e-5, against the returns' spread of about 2; in 3 runs of 5 the critic
+// shrank over 17 updates from 0.46 to 2e-5, against the returns' spread of about 2; in 3 runs of 6 the critic
 // was constant for 43 to 139 updates, and two of them never came back. The watch takes each update's PpoStats
 // (value_std, return_std) and returns a line to log when the critic has been constant for kUpdates updates in
 // a row while the returns varied, and another when it varies again (kVaryingSpread).
