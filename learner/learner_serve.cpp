@@ -302,13 +302,8 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   stats.update_seconds_total += r.update_seconds;
   stats.last_update_seconds = r.update_seconds;
   stats.last_ppo = r.stats;
-  if (const auto line = critic_watch.Observe(stats.updates, r.stats)) {
-    if (critic_watch.constant_updates() > 0) {
-      spdlog::warn("{}", *line);
-    } else {
-      spdlog::info("{}", *line);
-    }
-  }
+  if (const auto report = critic_watch.Observe(stats.updates, r.stats))
+    spdlog::log(report->warning ? spdlog::level::warn : spdlog::level::info, "{}", report->text);
   stats.lag_dropped_total += r.stats.lag_dropped;
   update.path = r.update_path;
   update.graphed = r.graphed_updates;

@@ -78,7 +78,8 @@ TEST_CASE("the watch warns once after kUpdates constant updates, and notes when 
   for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 2.0)));
   const auto warning = watch.Observe(++update, Fit(0.0, 2.0));
   REQUIRE(warning);
-  CHECK_THAT(*warning, Catch::Contains("same value for 5 updates") && Catch::Contains("update 6") &&
+  CHECK(warning->warning);
+  CHECK_THAT(warning->text, Catch::Contains("same value for 5 updates") && Catch::Contains("update 6") &&
                            Catch::Contains("ppo.lr"));
   CHECK(watch.constant_updates() == CriticWatch::kUpdates);
   // Said once: further constant updates, and updates whose returns do not vary, say nothing.
@@ -92,13 +93,15 @@ TEST_CASE("the watch warns once after kUpdates constant updates, and notes when 
   for (int i = 0; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.Observe(++update, Fit(0.0, 2.0)));
   const auto back = watch.Observe(++update, Fit(0.3, 2.0));
   REQUIRE(back);
-  CHECK_THAT(*back, Catch::Contains("vary again at update 35") && Catch::Contains("constant at update 6"));
+  CHECK_FALSE(back->warning);
+  CHECK_THAT(back->text, Catch::Contains("vary again at update 35") && Catch::Contains("constant at update 6"));
   CHECK(watch.constant_updates() == 0);
   CHECK_FALSE(watch.Observe(++update, Fit(0.3, 2.0)));
   // Dying again later is said again.
-  std::optional<std::string> again;
+  std::optional<CriticWatch::Report> again;
   for (int i = 0; i < CriticWatch::kUpdates; ++i) again = watch.Observe(++update, Fit(0.0, 2.0));
-  CHECK(again);
+  REQUIRE(again);
+  CHECK(again->warning);
 }
 
 TEST_CASE("the watch counts only consecutive constant updates", "[critic_watch]") {

@@ -7,7 +7,7 @@
 
 namespace farm {
 
-std::optional<std::string> CriticWatch::Observe(int64_t update, const PpoStats& stats) {
+std::optional<CriticWatch::Report> CriticWatch::Observe(int64_t update, const PpoStats& stats) {
   // Returns that do not vary (or a cancelled, empty update) say nothing about the critic: the count holds.
   if (!(stats.return_std > 0) || !std::isfinite(stats.value_std)) return std::nullopt;
   const double spread = stats.value_std / stats.return_std;
@@ -16,18 +16,22 @@ std::optional<std::string> CriticWatch::Observe(int64_t update, const PpoStats& 
     if (!reported_at_ || spread < kVaryingSpread) return std::nullopt;
     const int64_t since = *reported_at_;
     reported_at_.reset();
-    return fmt::format("the critic's values vary again at update {} (value_std {:.3g} against return_std {:.3g}, "
-                       "explained variance {:.3f}; reported constant at update {})",
-                       update, stats.value_std, stats.return_std, stats.explained_variance, since);
+    return Report{
+        false, fmt::format("the critic's values vary again at update {} (value_std {:.3g} against return_std {:.3g}, "
+                           "explained variance {:.3f}; reported constant at update {})",
+                           update, stats.value_std, stats.return_std, stats.explained_variance, since)};
   }
   if (++constant_updates_ != kUpdates || reported_at_) return std::nullopt;
   reported_at_ = update;
-  return fmt::format(
-      "the critic has given every row the same value for {} updates in a row (update {}: value_std {:.3g} against "
-      "return_std {:.3g}, explained variance {:.3f}): most likely its hidden units have all died (every ReLU below zero for "
-      "every input), so its encoder gets no gradient and the actor trains without a baseline. It may come back or "
-      "not; a lower ppo.lr takes smaller steps (docs/PERFORMANCE.md, \"uav_coverage learning\")",
-      kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance);
+  return Report{
+      true,
+      fmt::format(
+          "the critic has given every row the same value for {} updates in a row (update {}: value_std {:.3g} against "
+          "return_std {:.3g}, explained variance {:.3f}): most likely its hidden units have all died (every ReLU below "
+          "zero for "
+          "every input), so its encoder gets no gradient and the actor trains without a baseline. It may come back or "
+          "not; a lower ppo.lr takes smaller steps (docs/PERFORMANCE.md, \"uav_coverage learning\")",
+          kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance)};
 }
 
 }  // namespace farm

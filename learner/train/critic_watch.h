@@ -30,9 +30,14 @@ class CriticWatch {
   static constexpr double kConstantSpread = 1e-4;
   static constexpr double kVaryingSpread = 1e-2;
 
+  // A line for the log, and whether it is a warning (the critic went constant) or a note (it varies again).
+  struct Report {
+    bool warning = false;
+    std::string text;
+  };
   // The update `update`'s statistics. Returns a warning the first time the critic has been constant for
   // kUpdates updates, and a note when a critic reported constant varies again; nullopt otherwise.
-  std::optional<std::string> Observe(int64_t update, const PpoStats& stats);
+  std::optional<Report> Observe(int64_t update, const PpoStats& stats);
   // Updates in a row, up to the latest, whose values did not vary.
   int constant_updates() const { return constant_updates_; }
 
