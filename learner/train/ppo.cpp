@@ -50,10 +50,14 @@ void SetMeans(const torch::Tensor& means, PpoStats* stats) {
 // How well the rollout's values (as acted) predicted its returns: explained variance 1 - var(y - pred) / var(y)
 // (population variances; NaN when the returns do not vary, where it is undefined), and the spread of each.
 void SetValueFit(const torch::Tensor& pred, const torch::Tensor& y, PpoStats* stats) {
-  const double var_y = y.var(/*unbiased=*/false).item<double>();
-  stats->explained_variance = var_y == 0 ? std::numeric_limits<double>::quiet_NaN()
-                                         : 1.0 - (y - pred).var(/*unbiased=*/false).item<double>() / var_y;
-  stats->value_std = pred.std(/*unbiased=*/false).item<double>();
+  // The three variances in one read from the device (this runs once per update).
+  const torch::Tensor v =
+      torch::stack({y.var(/*unbiased=*/false), (y - pred).var(/*unbiased=*/false), pred.var(/*unbiased=*/false)})
+          .to(torch::kCPU, torch::kDouble);
+  const double var_y = v[0].item<double>();
+  stats->explained_variance =
+      var_y == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 - v[1].item<double>() / var_y;
+  stats->value_std = std::sqrt(v[2].item<double>());
   stats->return_std = std::sqrt(var_y);
 }
 
