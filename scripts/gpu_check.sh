@@ -23,9 +23,10 @@
 #   encoders  issue 31's learning comparison: uav_coverage with the encoders of FARM_GPU_ENC_KINDS (default "cnn
 #          impala scripted": the built-in cnn, `impala` [16, 32, 32], the cnn written in PyTorch,
 #          examples/models/encoders.py; also `impala2`, impala_channels [16, 32], whose two pools leave the 7x7
-#          view 2x2 where three leave 1x1; `impala1`, impala_channels [32], one pool: 4x4x32), the seeds of FARM_GPU_ENC_SEEDS (default "1 2 3") all side by
-#          side, FARM_GPU_ENC_WORKERS workers (default 4) x 8 envs, FARM_GPU_ENC_STEPS env steps (default 500000),
-#          then farm-eval's deterministic coverage (100 episodes, one per new cell, no penalty) of each;
+#          view 2x2 where three leave 1x1; `impala1`, impala_channels [32], one pool: 4x4x32), the seeds of
+#          FARM_GPU_ENC_SEEDS (default "1 2 3") all side by side, FARM_GPU_ENC_WORKERS workers (default 4) x 8
+#          envs, FARM_GPU_ENC_STEPS env steps (default 500000), then farm-eval's coverage (100 episodes, one per
+#          new cell, no penalty) of each, deterministic and with sampled actions (--sample: the policy as trained);
 #   seeds  (--seeds-workload) the seeds' workload, issue 29's table: uav_coverage, cnn encoder, 16 workers x 32
 #          envs (4 groups), async, batches of up to 8192 rows, before (the source in $FARM_GPU_BEFORE, a tarball
 #          of an earlier commit, built beside this one) and after (this build) with each acting change on its own
@@ -359,6 +360,10 @@ learn_finish() {  # FARM_EVAL_ARGS...: waits for the runs started, evaluates eac
     dir="/tmp/farm-gpu-learn-$name"
     timeout 120 "$BUILD/tools/farm-eval" "$dir" "$@" >"$dir/eval.json" 2>"$D/eval_$name.txt" &
     eval_pids+=($!)
+    if [ -n "${LEARN_SAMPLE:-}" ]; then  # also the policy as trained: actions sampled, not its mode
+      timeout 120 "$BUILD/tools/farm-eval" "$dir" --sample "$@" >"$dir/eval_sample.json" 2>"$D/eval_sample_$name.txt" &
+      eval_pids+=($!)
+    fi
   done
   wait "${eval_pids[@]}"
   python3 - "$OUT/results.jsonl" "${LEARN_NAMES[@]}" <<'PY' | tee -a "$OUT/summary.txt"
@@ -377,11 +382,17 @@ for name in sys.argv[2:]:
         ev = json.loads(open(d + "/eval.json").read().strip().splitlines()[-1])
     except Exception as e:
         ev = {"error": str(e)}
+    try:
+        sampled = json.loads(open(d + "/eval_sample.json").read().strip().splitlines()[-1])
+    except Exception:
+        sampled = {}  # not asked for (LEARN_SAMPLE), or failed: its log is in detail.tgz
     keys = ["env_steps", "wall_seconds", "sps", "updates", "mean_return_100", "solved_at_steps", "solved_at_seconds",
             "workers_joined", "workers_lost", "max_rss_mb", "memory_estimate_mb", "precision", "acting_precision",
             "device", "update_path"]
     row = {"case": "learn", "name": name, "rc": rc, **{k: s.get(k) for k in keys},
            "eval_mean": ev.get("mean_return"), "eval_std": ev.get("std_return"), "eval_episodes": ev.get("episodes")}
+    if sampled:
+        row.update(eval_sampled_mean=sampled.get("mean_return"), eval_sampled_std=sampled.get("std_return"))
     print(f"learn {name}: rc {rc}; " + json.dumps({k: v for k, v in row.items() if k not in ("case", "name", "rc")}))
     with open(sys.argv[1], "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -432,7 +443,7 @@ if enough 200 encoders; then
       learn_start "enc_${kind}_s$seed" configs/uav_coverage.yaml "$ew" seed="$seed" "${extra[@]}" "${common[@]}"
     done
   done
-  learn_finish --episodes 100 --set env.options.cell_reward=1 --set env.options.collision_penalty=0
+  LEARN_SAMPLE=1 learn_finish --episodes 100 --set env.options.cell_reward=1 --set env.options.collision_penalty=0
   unset LEARN_TIMEOUT
 fi
 
