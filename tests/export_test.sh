@@ -12,13 +12,7 @@ source "$(dirname "$0")/lib.sh"
 extra=()
 for kv in "$@"; do extra+=(--set "$kv"); done
 
-# A python3 that can import torch: the one on PATH, else Debian's (a pyenv or venv python3 on PATH does not
-# see Debian's dist-packages).
-torch_python=""
-for py in python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python="$py"; break; fi
-done
-[ -n "$torch_python" ] || fail "no python3 can 'import torch'; install the Debian package: apt-get install python3-torch"
+find_torch_python
 for bin in tools/farm-eval tools/farm-export learner/farm-learner worker/farm-worker; do
   [ -x "$build_dir/$bin" ] || fail "$build_dir/$bin is not built"
 done

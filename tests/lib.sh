@@ -102,3 +102,14 @@ netns_pair_remove() {
   ip netns del "${ns_l:-}" 2>/dev/null || true
   ip netns del "${ns_w:-}" 2>/dev/null || true
 }
+
+# find_torch_python: sets $torch_python to a python3 that can import torch: the one on PATH, else Debian's (a
+# pyenv or venv python3 on PATH does not see Debian's dist-packages); fails the test when there is none.
+find_torch_python() {
+  torch_python=""
+  local py
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python="$py"; return 0; fi
+  done
+  fail "no python3 can 'import torch'; install the Debian package: apt-get install python3-torch"
+}

@@ -8,11 +8,7 @@
 build_dir="$1"
 source "$(dirname "$0")/lib.sh"
 
-torch_python=""
-for py in python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python="$py"; break; fi
-done
-[ -n "$torch_python" ] || fail "no python3 can 'import torch'; install the Debian package: apt-get install python3-torch"
+find_torch_python
 
 export PYTHONDONTWRITEBYTECODE=1
 "$torch_python" "$root/examples/models/encoders.py" mlp --shape 4 --features 64 --seed 1 --out "$tmp/actor.pt"
