@@ -238,6 +238,10 @@ void Learner::Impl::RestoreProgress(const TrainingCounters& c, const RunState& s
     stats.AddLag(lag);
     stats.lag_dropped_total = state.lag_dropped;
   }
+  critic_watch = CriticWatch();
+  if (state.has_critic_watch)
+    if (auto s = critic_watch.Restore({state.critic_constant_updates, state.critic_reported_at}); !s.ok())
+      spdlog::warn("resume: {}; the critic watch starts afresh", s.message());
 }
 
 void Learner::Impl::ApplyResume(const RunParts::Resumed& r, PpoTrainer& ppo) {
@@ -308,6 +312,10 @@ RunState Learner::Impl::CaptureRunState() {
   s.has_policy_lag = true;
   s.lag_counts = stats.run_lag.counts;
   s.lag_dropped = stats.lag_dropped_total;
+  s.has_critic_watch = true;
+  const CriticWatch::State watch = critic_watch.state();
+  s.critic_constant_updates = watch.constant_updates;
+  s.critic_reported_at = watch.reported_at;
   return s;
 }
 

@@ -116,6 +116,9 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   state.has_policy_lag = true;
   state.lag_counts = {{0, 900}, {1, 95}, {3, 5}};
   state.lag_dropped = 17;
+  state.has_critic_watch = true;
+  state.critic_constant_updates = 12;
+  state.critic_reported_at = 5;
   TrainingCounters c{1000, 7, 7, window.total_episodes(), 33.0};
   std::string path;
   REQUIRE(SaveCheckpoint(dir, policy, adam, c, &path, nullptr, 0, &state).ok());
@@ -171,6 +174,9 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   REQUIRE(loaded.has_policy_lag);
   CHECK(loaded.lag_counts == state.lag_counts);
   CHECK(loaded.lag_dropped == 17);
+  REQUIRE(loaded.has_critic_watch);
+  CHECK(loaded.critic_constant_updates == 12);
+  CHECK(loaded.critic_reported_at == std::optional<int64_t>(5));
 
   // Not solved: stored as such.
   RunState unsolved;
@@ -179,6 +185,16 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   REQUIRE(LoadCheckpoint(path, policy, &adam, &back, nullptr, &loaded).ok());
   CHECK_FALSE(loaded.solved_at_steps);
   CHECK_FALSE(loaded.has_episode_window);
+  CHECK_FALSE(loaded.has_critic_watch);
+  // A watch with nothing reported round-trips as such.
+  unsolved.has_critic_watch = true;
+  unsolved.critic_constant_updates = 3;
+  c.updates = 10;
+  REQUIRE(SaveCheckpoint(dir, policy, adam, c, &path, nullptr, 0, &unsolved).ok());
+  REQUIRE(LoadCheckpoint(path, policy, &adam, &back, nullptr, &loaded).ok());
+  REQUIRE(loaded.has_critic_watch);
+  CHECK(loaded.critic_constant_updates == 3);
+  CHECK_FALSE(loaded.critic_reported_at);
 
   // A checkpoint written without any run state (as older versions did) still loads; what it lacks is listed.
   c.updates = 9;
@@ -188,6 +204,7 @@ TEST_CASE("a checkpoint's run state round-trips: generators continue, window, ta
   CHECK(loaded.rng.empty());
   CHECK_FALSE(loaded.has_episode_window);
   CHECK_FALSE(loaded.has_policy_lag);
+  CHECK_FALSE(loaded.has_critic_watch);
   CHECK(loaded.config_yaml.empty());
   CHECK(loaded.missing.size() == 4);  // rng, episode_window, solved_at, config_yaml
   CHECK(ReadCheckpointConfig(path, &yaml).code() == Status::Code::kNotFound);

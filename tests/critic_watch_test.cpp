@@ -114,4 +114,30 @@ TEST_CASE("the watch counts only consecutive constant updates", "[critic_watch]"
   CHECK(watch.constant_updates() == 0);
 }
 
+TEST_CASE("the watch's state restored (a resumed run) goes on counting and does not warn twice", "[critic_watch]") {
+  int64_t update = 0;
+  CriticWatch before;
+  for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(before.Observe(++update, Fit(0.0, 2.0)));
+  // A collapse under way when the checkpoint was taken: one more constant update warns.
+  CriticWatch resumed;
+  REQUIRE(resumed.Restore(before.state()).ok());
+  CHECK(resumed.constant_updates() == CriticWatch::kUpdates - 1);
+  const auto warning = resumed.Observe(++update, Fit(0.0, 2.0));
+  REQUIRE(warning);
+  CHECK(warning->warning);
+  // A warning already given: the resumed watch stays silent while the critic stays constant, and notes it varying.
+  CriticWatch again;
+  REQUIRE(again.Restore(resumed.state()).ok());
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(again.Observe(++update, Fit(0.0, 2.0)));
+  const auto back = again.Observe(++update, Fit(0.5, 2.0));
+  REQUIRE(back);
+  CHECK_FALSE(back->warning);
+  CHECK_THAT(back->text, Catch::Contains("reported constant at update 5"));
+  // A state that cannot be is refused, and changes nothing.
+  const Status bad = again.Restore({-1, std::nullopt});
+  CHECK_FALSE(bad.ok());
+  CHECK_THAT(bad.message(), Catch::Contains("critic_watch"));
+  CHECK(again.constant_updates() == 0);
+}
+
 }  // namespace farm

@@ -85,6 +85,28 @@ void WriteRunState(torch::serialize::OutputArchive& archive, const RunState& s) 
     lag.write("dropped", torch::tensor({s.lag_dropped}, torch::kInt64));
     archive.write("policy_lag", lag);
   }
+  if (s.has_critic_watch)  // [constant updates, reported at update or -1]
+    archive.write("critic_watch",
+                  torch::tensor({s.critic_constant_updates, s.critic_reported_at.value_or(-1)}, torch::kInt64));
+}
+
+// The "critic_watch" entry: has_critic_watch false when the archive has none.
+Status ReadCriticWatch(torch::serialize::InputArchive& archive, const std::string& path, RunState* s) {
+  torch::Tensor watch;
+  s->has_critic_watch = archive.try_read("critic_watch", watch);
+  if (!s->has_critic_watch) return Status::Ok();
+  if (watch.numel() != 2)
+    return Status::InvalidArgument(
+        fmt::format("{}: critic_watch: expected 2 entries (constant updates, reported at), got {}", path, watch.numel()));
+  watch = watch.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t constant = watch.data_ptr<int64_t>()[0], reported = watch.data_ptr<int64_t>()[1];
+  if (constant < 0 || reported < -1)
+    return Status::InvalidArgument(fmt::format("{}: critic_watch: {} constant updates, reported at {} (expected >= 0, "
+                                               "and -1 for none)",
+                                               path, constant, reported));
+  s->critic_constant_updates = constant;
+  s->critic_reported_at = reported >= 0 ? std::optional<int64_t>(reported) : std::nullopt;
+  return Status::Ok();
 }
 
 // The "policy_lag" entry: has_policy_lag false when the archive has none.
@@ -199,7 +221,8 @@ Status ReadRunState(torch::serialize::InputArchive& archive, const std::string& 
   if (auto st = ReadNormalizer(archive, path, &s->has_normalizer, &s->normalizer_obs, &s->normalizer_ret); !st.ok())
     return st;
   if (auto st = ReadPolicyLag(archive, path, s); !st.ok()) return st;
-  // No "normalizer" (nor "policy_lag") is not listed in `missing`: a run without normalisation needs none (the learner warns
+  if (auto st = ReadCriticWatch(archive, path, s); !st.ok()) return st;
+  // No "normalizer" (nor "policy_lag", nor "critic_watch") is not listed in `missing`: a run without normalisation needs none (the learner warns
   // when a run that normalises resumes from a checkpoint without it).
   return Status::Ok();
 }

@@ -59,6 +59,13 @@ struct RunState {
   bool has_policy_lag = false;
   std::map<int64_t, int64_t> lag_counts;
   int64_t lag_dropped = 0;
+  // The critic watch (learner/train/critic_watch.h): constant updates in a row, and the update whose warning
+  // stands, as of the update before the checkpoint's (a periodic checkpoint's state is taken as its update
+  // starts); stored under "critic_watch". Without it (older checkpoints) has_critic_watch is false (not in
+  // `missing`): the watch starts afresh.
+  bool has_critic_watch = false;
+  int64_t critic_constant_updates = 0;
+  std::optional<int64_t> critic_reported_at;
   // Filled by LoadCheckpoint: what the checkpoint lacks (written by an older version), e.g. "rng.trainer".
   std::vector<std::string> missing;
 };

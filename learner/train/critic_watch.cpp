@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 namespace farm {
 
@@ -32,6 +33,18 @@ std::optional<CriticWatch::Report> CriticWatch::Observe(int64_t update, const Pp
           "every input), so its encoder gets no gradient and the actor trains without a baseline. It may come back or "
           "not; a lower ppo.lr takes smaller steps (docs/PERFORMANCE.md, \"uav_coverage learning\")",
           kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance)};
+}
+
+Status CriticWatch::Restore(const State& state) {
+  if (state.constant_updates < 0 || state.constant_updates > std::numeric_limits<int>::max() ||
+      (state.reported_at && *state.reported_at < 0))
+    return Status::InvalidArgument(
+        fmt::format("critic_watch: {} constant updates, reported at update {}: expected "
+                    "counts >= 0",
+                    state.constant_updates, state.reported_at.value_or(0)));
+  constant_updates_ = static_cast<int>(state.constant_updates);
+  reported_at_ = state.reported_at;
+  return Status::Ok();
 }
 
 }  // namespace farm

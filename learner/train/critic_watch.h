@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "common/status.h"
 #include "learner/train/ppo.h"
 
 namespace farm {
@@ -40,6 +41,16 @@ class CriticWatch {
   std::optional<Report> Observe(int64_t update, const PpoStats& stats);
   // Updates in a row, up to the latest, whose values did not vary.
   int constant_updates() const { return constant_updates_; }
+
+  // What a checkpoint keeps of the watch (RunState's critic_watch), so that a resumed run goes on counting and
+  // does not warn again of a collapse already reported.
+  struct State {
+    int64_t constant_updates = 0;
+    std::optional<int64_t> reported_at;
+  };
+  State state() const { return {constant_updates_, reported_at_}; }
+  // InvalidArgument (nothing changed) for a negative count or update.
+  Status Restore(const State& state);
 
  private:
   int constant_updates_ = 0;
