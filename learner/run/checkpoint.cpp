@@ -222,8 +222,8 @@ Status ReadRunState(torch::serialize::InputArchive& archive, const std::string& 
     return st;
   if (auto st = ReadPolicyLag(archive, path, s); !st.ok()) return st;
   if (auto st = ReadCriticWatch(archive, path, s); !st.ok()) return st;
-  // No "normalizer" (nor "policy_lag", nor "critic_watch") is not listed in `missing`: a run without normalisation needs none (the learner warns
-  // when a run that normalises resumes from a checkpoint without it).
+  // No "normalizer" (nor "policy_lag", nor "critic_watch") is not listed in `missing`: a run without
+  // normalisation needs none (the learner warns when a run that normalises resumes from a checkpoint without it).
   return Status::Ok();
 }
 
