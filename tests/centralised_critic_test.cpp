@@ -48,6 +48,13 @@ PolicyOptions WithState(const Space& state, Encoder encoder = Encoder::kMlp) {
   return o;
 }
 
+// The cnn encoder on both networks, the critic reading the observation (no global state).
+PolicyOptions CnnWithoutState() {
+  PolicyOptions o;
+  o.encoder = Encoder::kCnn;
+  return o;
+}
+
 // A one-step-episode rollout where the return is +1 or -1 by the global state (all +0.5 or all -0.5) and the
 // observation is noise that says nothing about it.
 Rollout StateDecidesReturn(int64_t T, int64_t N, uint64_t seed) {
@@ -199,11 +206,11 @@ TEST_CASE("the cnn encoder: conv shapes, forward and backward, refused for non-i
   }
 
   // Without a state the cnn critic reads the observation.
-  ActorCritic local(obs, Space::Discrete(5), std::vector<int>{24}, PolicyOptions{Encoder::kCnn, std::nullopt});
+  ActorCritic local(obs, Space::Discrete(5), std::vector<int>{24}, CnnWithoutState());
   CHECK(local->named_parameters()["critic_encoder.0.weight"].size(1) == 5);
   CHECK(local->Act(o).value.sizes() == torch::IntArrayRef({6}));
 
-  CHECK_THROWS_WITH(ActorCritic(kObs, Space::Discrete(2), std::vector<int>{8}, PolicyOptions{Encoder::kCnn, {}}),
+  CHECK_THROWS_WITH(ActorCritic(kObs, Space::Discrete(2), std::vector<int>{8}, CnnWithoutState()),
                     Catch::Contains("needs a [C, H, W] observation") && Catch::Contains("[3]"));
   CHECK_THROWS_WITH(ActorCritic(obs, Space::Discrete(2), std::vector<int>{8}, WithState(kState, Encoder::kCnn)),
                     Catch::Contains("needs a [C, H, W] global state"));
@@ -243,7 +250,7 @@ TEST_CASE("a cnn policy trains with the LibTorch update on [T, N, C, H, W] rollo
 
   PpoConfig on = config;
   on.fused_update = "on";
-  ActorCritic local(obs, Space::Discrete(3), std::vector<int>{16}, PolicyOptions{Encoder::kCnn, std::nullopt});
+  ActorCritic local(obs, Space::Discrete(3), std::vector<int>{16}, CnnWithoutState());
   CHECK_THROWS_WITH(PpoTrainer(local, on, 1), Catch::Contains("cnn"));
 }
 
