@@ -10,10 +10,12 @@ source "$(dirname "$0")/lib.sh"
 find_torch_python
 export PYTHONDONTWRITEBYTECODE=1
 
-# KIND STAGES...: one update of 1 worker x 2 envs (rollout 8), exported, matched.
+# KIND STAGES...: one update of 1 worker x 2 envs (rollout 8), exported, matched. encoders_match.py applies the
+# trunk as Linear layers with tanh between them: the activation and layer_norm are set to that here, whatever the
+# config says.
 match() {
   local kind="$1"; shift
-  local run="$tmp/$kind" sets=(--set ppo.encoder="$kind")
+  local run="$tmp/$kind" sets=(--set ppo.encoder="$kind" --set ppo.activation=tanh --set ppo.layer_norm=false)
   [ $# -eq 0 ] || sets+=(--set "ppo.impala_channels=[$(IFS=,; echo "$*")]")
   FARM_BUILD_DIR="$build_dir" "$root/scripts/farm" run "$root/configs/uav_coverage.yaml" --workers 1 \
     --set env.num_envs=2 --set ppo.rollout_length=8 --set ppo.num_minibatches=1 --set total_env_steps=16 \
