@@ -18,6 +18,14 @@
 namespace farm {
 namespace {
 
+// The cnn encoder on both networks, the critic on `state` (a centralised critic).
+PolicyOptions CnnWithState(const Space& state) {
+  PolicyOptions o;
+  o.encoder = Encoder::kCnn;
+  o.global_state = state;
+  return o;
+}
+
 
 ActorCritic MakePolicy(const Space& action, torch::Device device, uint64_t seed) {
   torch::manual_seed(seed);
@@ -82,7 +90,7 @@ TEST_CASE("GraphedActor with a centralised critic on cnn encoders: one state per
   std::unique_ptr<GraphedActor> graphed;
   {
     ActorCritic cpu(Space::Box({2, 5, 5}, {-1.f}, {1.f}), Space::MultiDiscrete({5, 5}), std::vector<int>{32, 16},
-                    PolicyOptions{Encoder::kCnn, state_space});
+                    CnnWithState(state_space));
     // Refused: rows per state without a state, and no rows.
     CHECK_FALSE(GraphedActor::Create(cpu, torch::kCPU, Precision::kFp32, {2, 5, 5}, true, &graphed, {3, 8, 8}, 0).ok());
   }
@@ -98,7 +106,7 @@ TEST_CASE("GraphedActor with a centralised critic on cnn encoders: one state per
   } restore{tf32};
   torch::manual_seed(7);
   ActorCritic policy(Space::Box({2, 5, 5}, {-1.f}, {1.f}), Space::MultiDiscrete({5, 5}), std::vector<int>{32, 16},
-                     PolicyOptions{Encoder::kCnn, state_space});
+                     CnnWithState(state_space));
   {
     torch::NoGradGuard no_grad;
     for (auto& p : policy->parameters()) p.normal_(0.0, 0.3);
