@@ -2,7 +2,8 @@
 # examples/models/encoders.py's FarmCnn and FarmImpala are the built-in cnn and impala encoders (their docstrings
 # say a run with the script is the built-in run): a one-update uav_coverage run with each built-in encoder is
 # exported, and tests/python/encoders_match.py loads the export's encoder parameters into the example's module,
-# in order and shape for shape, and checks its actions against the C++ policy's on 256 observations.
+# in order and shape for shape, and checks its actions against the C++ policy's on 256 observations, and that the
+# example's farm_init starts each tensor where the built-in encoder does (its norm).
 # Usage: encoders_example_test.sh BUILD_DIR. Needs python3-torch (Debian package).
 build_dir="$1"
 source "$(dirname "$0")/lib.sh"

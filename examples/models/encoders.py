@@ -92,14 +92,25 @@ class Mlp(nn.Module):
 
 def farm_init(module):
     """Orthogonal weights with gain sqrt(2) and zero biases for every Linear and Conv2d (a conv's weight on its
-    [out, in * k * k] view), as the farm initialises its own hidden layers. A script keeps the weights it was
-    saved with, so this is how a scripted copy of a built-in encoder starts where the built-in one does: on
+    [out, in * k * k] view), FarmImpala's residual stack aside (below), as the farm initialises its own hidden
+    layers (learner/model/encoder.h). A script keeps the weights it was saved with, so this is how a scripted
+    copy of a built-in encoder starts where the built-in one does: on
     uav_coverage at 300k env steps FarmCnn covered a median 352 cells with PyTorch's default initialisation and
     620 with this one, against the built-in cnn's 523 (docs/PERFORMANCE.md, "uav_coverage learning")."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             nn.init.orthogonal_(m.weight, gain=2 ** 0.5)
             nn.init.zeros_(m.bias)
+    # FarmImpala's residual stack keeps the stream's scale, as the built-in impala's does: every block starts as the
+    # identity (its second conv zero) and the stage convs, which read the stream and not a ReLU's output, take gain 1.
+    for m in module.modules():
+        if isinstance(m, ImpalaBlock):
+            nn.init.zeros_(m.conv1.weight)
+            nn.init.zeros_(m.conv1.bias)
+        elif isinstance(m, FarmImpala):
+            for layer in m.stages:
+                if isinstance(layer, nn.Conv2d):
+                    nn.init.orthogonal_(layer.weight, gain=1.0)
 
 
 def main():
@@ -109,8 +120,9 @@ def main():
     parser.add_argument("--features", type=int, required=True, help="F, the width of the features")
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed for the initial weights")
     parser.add_argument("--init", choices=["farm", "torch"], default="farm",
-                        help="farm: orthogonal weights (gain sqrt 2) and zero biases, as the farm initialises its own "
-                             "layers (the built-in encoders); torch: PyTorch's defaults")
+                        help="farm: orthogonal weights (gain sqrt 2; impala's stage convs 1, its blocks' second convs "
+                             "zero) and zero biases, as the farm initialises its own layers (the built-in "
+                             "encoders); torch: PyTorch's defaults")
     parser.add_argument("--channels", type=int, nargs="+", default=[16, 32, 32],
                         help="impala: the channels of each stage (ppo.impala_channels), default 16 32 32")
     parser.add_argument("--out", required=True, help="the TorchScript file to write")

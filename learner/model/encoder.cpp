@@ -11,7 +11,8 @@
 namespace farm {
 namespace {
 
-constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2)
+constexpr double kHiddenGain = 1.41421356237309504880;  // sqrt(2): for a layer that reads a ReLU's output
+constexpr double kStreamGain = 1.0;                        // for a layer that reads impala's residual stream
 
 torch::nn::Linear OrthogonalLinear(int64_t in, int64_t out) {
   torch::nn::Linear linear(in, out);
@@ -21,10 +22,16 @@ torch::nn::Linear OrthogonalLinear(int64_t in, int64_t out) {
   return linear;
 }
 
-torch::nn::Conv2d OrthogonalConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
+// gain 0: weights and bias zero.
+torch::nn::Conv2d OrthogonalConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                 double gain = kHiddenGain) {
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding));
   torch::NoGradGuard no_grad;
-  torch::nn::init::orthogonal_(conv->weight, kHiddenGain);  // on the weight's [out, in * k * k] view
+  if (gain == 0) {
+    torch::nn::init::zeros_(conv->weight);
+  } else {
+    torch::nn::init::orthogonal_(conv->weight, gain);  // on the weight's [out, in * k * k] view
+  }
   torch::nn::init::zeros_(conv->bias);
   return conv;
 }
@@ -199,7 +206,7 @@ int64_t ImageEncoderWorkspaceFloats(Encoder kind, const EncoderLayout& layout, c
 
 ImpalaResidualImpl::ImpalaResidualImpl(int64_t channels) {
   conv0 = register_module("conv0", OrthogonalConv(channels, channels, 3, 1, 1));
-  conv1 = register_module("conv1", OrthogonalConv(channels, channels, 3, 1, 1));
+  conv1 = register_module("conv1", OrthogonalConv(channels, channels, 3, 1, 1, /*gain=*/0));  // the identity
 }
 
 torch::Tensor ImpalaResidualImpl::forward(const torch::Tensor& x) {
@@ -221,7 +228,9 @@ torch::nn::Sequential ImageEncoder(Encoder kind, const EncoderLayout& layout, co
     if (l.pool) {
       seq->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(l.kernel).stride(l.stride).padding(l.padding)));
     } else {
-      seq->push_back(OrthogonalConv(l.in_channels, l.channels, l.kernel, l.stride, l.padding));
+      // impala's stage convs read the stream (the observation, or the last stage's blocks), not a ReLU's output.
+      const double gain = kind == Encoder::kImpala ? kStreamGain : kHiddenGain;
+      seq->push_back(OrthogonalConv(l.in_channels, l.channels, l.kernel, l.stride, l.padding, gain));
     }
     if (l.activation) PushActivation(seq, *l.activation);
     if (l.residual_blocks) {

@@ -7,7 +7,8 @@ encoder's parameters (enc<i>_w, enc<i>_b, registered in the encoder's layer orde
 (actor<i>_w, actor<i>_b). They are loaded, in order and shape for shape, into the example's module; the trunk and
 head are applied after it (tanh between, none after the head), and the argmax must be the C++ policy's action for
 every check observation, and the exported module's with a random trunk and head. A name, shape or count that differs, or a
-forward that differs, fails."""
+forward that differs, fails; so does an initialisation (the example's farm_init) whose tensors' norms are not the
+built-in encoder's after its one update."""
 import importlib.util
 import json
 import os
@@ -42,9 +43,18 @@ def main():
     assert len(mine) == len(enc), (
         f"{kind}: the example has {len(mine)} parameter tensors, the built-in encoder {len(enc)}:\n"
         f"  example:  {[(n, tuple(p.shape)) for n, p in mine]}\n  built-in: {[(n, tuple(p.shape)) for n, p in enc]}")
+    torch.manual_seed(0)
+    encoders.farm_init(module)
     with torch.no_grad():
         for (name, p), (enc_name, q) in zip(mine, enc):
             assert p.shape == q.shape, f"{kind}: {name} {tuple(p.shape)} against the built-in {enc_name} {tuple(q.shape)}"
+            # farm_init starts as the farm does: an orthogonal tensor's norm is its gain x sqrt(min(rows, columns)),
+            # whatever the seed, and the run's 4 Adam steps at lr 5e-4 moved the export's by a little (a zero
+            # tensor's to at most 2e-3 x sqrt(numel)); a gain of 1 against sqrt(2), or zero against either, differs.
+            mine_norm, built_in_norm = p.norm().item(), q.norm().item()
+            assert abs(mine_norm - built_in_norm) <= 0.1 * mine_norm + 2e-3 * q.numel() ** 0.5, (
+                f"{kind}: farm_init starts {name} at norm {mine_norm:.3f}, the built-in {enc_name} was at "
+                f"{built_in_norm:.3f} after one update")
             p.copy_(q)
         x = torch.tensor(check["inputs"], dtype=torch.float32).reshape(-1, *shape)
         h = module(x)
