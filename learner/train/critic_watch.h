@@ -1,11 +1,13 @@
 // CriticWatch: notices a critic that gives every row the same value, update after update, and says so once.
 //
-// A critic whose hidden ReLU units have all gone below zero for every input outputs one constant: its
-// explained variance is 0 to the last digit, no gradient reaches its encoder, and the actor trains on
-// advantages without a baseline. Nothing fails, so without a word the run only looks slow. Seen on
-// uav_coverage with ppo.encoder impala (docs/PERFORMANCE.md, "uav_coverage learning"): the values' spread
-// shrank over 17 updates from 0.46 to 2e-5, against the returns' spread of about 2; in 3 runs of 6 the critic
-// was constant for 43 to 139 updates, and two of them never came back. The watch takes each update's PpoStats
+// A critic one of whose hidden layers is saturated or dead in every unit for every input (each tanh at +-1,
+// each ReLU below zero) outputs one constant: its explained variance is 0 to the last digit, no gradient
+// reaches the layers below, and the actor trains on advantages without a baseline. Nothing fails, so without a
+// word the run only looks slow. Seen on uav_coverage with ppo.encoder impala (docs/PERFORMANCE.md,
+// "uav_coverage learning"): the values' spread shrank over 17 updates from 0.46 to 2e-5, against the returns'
+// spread of about 2; in 3 runs of 6 the critic was constant for 43 to 139 updates, and two of them never came
+// back. There the tanh trunk behind the encoder was saturated in every unit for every state, the encoder's
+// features still varying; impala's initialisation that let its features grow large is mended (encoder.h). The watch takes each update's PpoStats
 // (value_std, return_std) and returns a line to log when the critic has been constant for kUpdates updates in
 // a row while the returns varied, and another when it varies again (kVaryingSpread).
 //
