@@ -28,10 +28,10 @@ std::optional<CriticWatch::Report> CriticWatch::Observe(int64_t update, const Pp
       true,
       fmt::format(
           "the critic has given every row the same value for {} updates in a row (update {}: value_std {:.3g} against "
-          "return_std {:.3g}, explained variance {:.3f}): most likely every unit of one of its hidden layers is saturated or "
-          "dead for every input (a tanh at +-1, a ReLU below zero), so no gradient reaches the layers below it and the "
-          "actor trains without a baseline. It may come back or not; a lower ppo.lr takes smaller steps "
-          "(docs/PERFORMANCE.md, \"uav_coverage learning\")",
+          "return_std {:.3g}, explained variance {:.3f}): most likely every unit of one of its hidden layers is "
+          "saturated or dead for every input (a tanh at +-1, a ReLU below zero), so no gradient reaches the layers "
+          "below it and the actor trains without a baseline. It may come back or not; a lower ppo.lr takes smaller "
+          "steps (docs/PERFORMANCE.md, \"uav_coverage learning\")",
           kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance)};
 }
 

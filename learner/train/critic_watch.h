@@ -7,9 +7,10 @@
 // "uav_coverage learning"): the values' spread shrank over 17 updates from 0.46 to 2e-5, against the returns'
 // spread of about 2; in 3 runs of 6 the critic was constant for 43 to 139 updates, and two of them never came
 // back. There the tanh trunk behind the encoder was saturated in every unit for every state, the encoder's
-// features still varying; impala's initialisation that let its features grow large is mended (encoder.h). The watch takes each update's PpoStats
-// (value_std, return_std) and returns a line to log when the critic has been constant for kUpdates updates in
-// a row while the returns varied, and another when it varies again (kVaryingSpread).
+// features still varying; impala's initialisation that let its features grow large is mended (encoder.h).
+// The watch takes each update's PpoStats (value_std, return_std) and returns a line to log when the critic has
+// been constant for kUpdates updates in a row while the returns varied, and another when it varies again
+// (kVaryingSpread).
 //
 // Threading: not thread-safe; the learner's inference thread owns it.
 #pragma once
