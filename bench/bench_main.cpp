@@ -38,6 +38,7 @@
 #include "common/wire.h"
 #include "learner/learner.h"
 #include "learner/model/amp.h"
+#include "learner/model/blas_kernel.h"
 #include "learner/model/cuda_graph.h"
 #include "learner/model/device.h"
 #include "learner/model/policy.h"
@@ -541,22 +542,6 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
   return 0;
 }
 
-// The BLAS library LibTorch's CPU matrix products go through, as mapped into this process (the file name of the
-// first mapping whose name holds "blas" or "mkl"): reference BLAS runs matrix products several times slower than
-// OpenBLAS, which changes every CPU ceiling.
-std::string LoadedBlas() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash == std::string::npos) continue;
-    const std::string path = line.substr(slash);
-    const std::string name = path.substr(path.rfind('/') + 1);
-    if (name.find("blas") != std::string::npos || name.find("mkl") != std::string::npos) return path;
-  }
-  return "none found";
-}
-
 // dtype: fp32 (TF32 allowed on CUDA, as the learner allows it), fp16 or bf16 operands.
 int BenchMatmul(int threads, int n, double seconds, const std::string& device_name, const std::string& dtype_name) {
   farm::SetCpuThreads(threads);
@@ -586,7 +571,8 @@ int BenchMatmul(int threads, int n, double seconds, const std::string& device_na
   const double flops = 2.0 * n * n * static_cast<double>(n) * static_cast<double>(iters);
   fmt::print("{}\n", nlohmann::json{{"case", "matmul"}, {"n", n}, {"threads", threads}, {"device", device.str()},
                                     {"dtype", dtype_name}, {"seconds", t}, {"gflops", flops / t / 1e9},
-                                    {"blas", device.is_cuda() ? std::string("cuBLAS") : LoadedBlas()}}
+                                    {"blas", device.is_cuda() ? std::string("cuBLAS") : farm::LoadedBlasInfo().library},
+                                    {"blas_kernel", device.is_cuda() ? std::string() : farm::LoadedBlasInfo().kernel}}
                          .dump());
   return 0;
 }
@@ -628,7 +614,10 @@ int BenchFlops(const std::string& config_path, const std::vector<std::string>& o
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As farm-learner does (its serving and update figures are measured as the learner runs them).
+  // As farm-learner does (its serving and update figures are measured as the learner runs them): the same OpenBLAS
+  // kernel choice (it may start this program again), allocator and BLAS threads.
+  const farm::BlasKernelStart blas_kernel = farm::StartWithBestBlasKernel(argv);
+  if (blas_kernel.warning) fmt::print(stderr, "farm-bench: {}\n", blas_kernel.message);
   (void)farm::KeepFreedMemoryForReuse();
   (void)farm::ShortenBlasThreadWait();
   CLI::App app{"Rollout Farm micro-benchmarks (one JSON line each)"};

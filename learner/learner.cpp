@@ -15,6 +15,7 @@
 // -> trainer), the writer's slot and outcomes, and Liveness; no lock guards
 // model state.
 #include "learner/learner_impl.h"
+#include "learner/model/blas_kernel.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -317,6 +318,9 @@ nlohmann::json Learner::Impl::Summary() const {
   s["precision"] = config.learner.precision;
   s["acting_precision"] = PrecisionName(acting_precision);
   s["torch_version"] = TORCH_VERSION;
+  // The library and kernel of every CPU matrix product of the run (learner/model/blas_kernel.h).
+  const BlasInfo blas = LoadedBlasInfo();
+  s["blas"] = {{"library", blas.library}, {"kernel", blas.kernel}};
   s["start_unix"] = reporting.start_unix;
   return s;
 }

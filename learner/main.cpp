@@ -11,11 +11,14 @@
 #include "common/resources.h"
 #include "common/signal_watcher.h"
 #include "learner/learner.h"
+#include "learner/model/blas_kernel.h"
 #include "learner/model/device.h"
 #include "learner/run/checkpoint_files.h"
 #include "learner/run/metrics.h"
 
 int main(int argc, char** argv) {
+  // First: it may start this program again with a better OpenBLAS kernel (learner/model/blas_kernel.h).
+  const farm::BlasKernelStart blas_kernel = farm::StartWithBestBlasKernel(argv);
   // A file size limit (ulimit -f, a container's) makes a write past it fail with EFBIG instead of killing the
   // process: the learner then reports the file it could not write and goes on or stops in order, as on a full
   // disk.
@@ -31,6 +34,10 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML config file (default: built-in defaults)")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key: --set ppo.lr=1e-3 (repeatable)");
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
+  bool print_blas = false;
+  app.add_flag("--blas-kernel", print_blas,
+               "check and choose the OpenBLAS kernel as at every start, print the variables that give other "
+               "processes the same kernel without checking again (NAME=value lines), and exit");
   std::string serve_dir, resume_dir;
   app.add_option("--resume", resume_dir,
                  "continue this run directory from its latest valid checkpoint: policy, optimizer, counters, "
@@ -41,6 +48,11 @@ int main(int argc, char** argv) {
                  "serve the latest policy of this run directory without training (its config.yaml unless --config)")
       ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
+  if (print_blas) {
+    if (blas_kernel.warning) fmt::print(stderr, "farm-learner: {}\n", blas_kernel.message);
+    fmt::print("{}", farm::BlasKernelEnvironment());
+    return 0;
+  }
 
   if (!serve_dir.empty()) {
     if (config_path.empty()) config_path = serve_dir + "/config.yaml";
@@ -76,6 +88,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::info("{}", allocator);
+  if (blas_kernel.warning) {
+    spdlog::warn("{}", blas_kernel.message);
+  } else {
+    spdlog::info("{}", blas_kernel.message);
+  }
   spdlog::info("{}", blas);
   std::unique_ptr<farm::Learner> learner;
   // The watcher thread and this one meet here: a signal before the learner exists is kept and delivered once it

@@ -394,7 +394,8 @@ class Bench:
         gemm = []
         for n in (512, 1024, 2048):
             runs = [self.micro("matmul", "--threads", str(cores), "--n", str(n), seconds=s) for _ in range(self.repeats)]
-            gemm.append({"n": n, "gflops": median([r["gflops"] for r in runs]), "blas": runs[0].get("blas")})
+            gemm.append({"n": n, "gflops": median([r["gflops"] for r in runs]), "blas": runs[0].get("blas"),
+                         "blas_kernel": runs[0].get("blas_kernel")})
         gemm_peak = max(g["gflops"] for g in gemm)
         nominal = nominal_cpu_peak_gflops(cores)
         peak = max(gemm_peak, nominal["gflops"] or 0)
@@ -403,7 +404,7 @@ class Bench:
         if fraction is not None and fraction > 1:
             log(f"roofline: a training rate {fraction:.2f}x the ceiling cannot be: the FLOP count or the peak is wrong")
         return {"flops_per_env_step": flops["flops_per_env_step"], "forward_flops": flops["forward_flops"],
-                "gemm": gemm, "gemm_peak_gflops": gemm_peak, "nominal": nominal, "peak_gflops": peak,
+                "gemm": gemm, "blas": gemm[0]["blas"], "blas_kernel": gemm[0]["blas_kernel"], "gemm_peak_gflops": gemm_peak, "nominal": nominal, "peak_gflops": peak,
                 "threads": cores, "ceiling_sps": ceiling, "training_sps": training_sps,
                 "fraction_of_ceiling": fraction}
 
@@ -569,7 +570,8 @@ def main():
     if "roofline" in result:
         r = result["roofline"]
         print(f"  roofline          {fmt(r['flops_per_env_step'])} FLOP/step, peak {fmt(r['peak_gflops'], '.1f')} "
-              f"GFLOP/s (matmul best {fmt(r['gemm_peak_gflops'], '.1f')} via {r['gemm'][0]['blas']}, nominal "
+              f"GFLOP/s (matmul best {fmt(r['gemm_peak_gflops'], '.1f')} via {r['blas']}"
+              f"{', kernel ' + r['blas_kernel'] if r.get('blas_kernel') else ''}, nominal "
               f"{fmt(r['nominal']['gflops'], '.1f')}) -> ceiling {fmt(r['ceiling_sps'])} steps/s; training at "
               f"{fmt(r['fraction_of_ceiling'], '.1%')}")
     if "sweeps" in result:

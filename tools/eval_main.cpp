@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "learner/model/blas_kernel.h"
 #include "learner/model/policy.h"
 #include "learner/run/checkpoint.h"
 #include "learner/run/eval_episodes.h"
@@ -68,6 +69,9 @@ void Report(const std::vector<double>& returns, const std::vector<double>& lengt
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: it may start this program again with a better OpenBLAS kernel; the serving learner and the worker a
+  // Python env's evaluation starts inherit the choice.
+  const farm::BlasKernelStart blas_kernel = farm::StartWithBestBlasKernel(argv);
   CLI::App app{
       "Rollout Farm evaluation: loads RUN_DIR's latest checkpoint, acts deterministically (argmax / Gaussian mean, "
       "box actions clipped to the bounds; --sample: sampled as in training) on fresh envs of the run's env, and "
@@ -99,6 +103,7 @@ int main(int argc, char** argv) {
                "sample actions from the policy, as in training (LibTorch's generator seeded with the env seed), "
                "instead of its mode or mean");
   CLI11_PARSE(app, argc, argv);
+  fmt::print(stderr, "farm-eval: {}\n", blas_kernel.message);
 
   // A Python env's evaluation reads these signals from a signalfd (tools/served_eval.h): blocked in every thread,
   // so before LibTorch starts any; unblocked again in this thread for a C++ env.
