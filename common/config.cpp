@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -63,7 +64,9 @@ void CheckRule(double value, const Rule& rule, const std::string& key, const YAM
 // Parses YAML nodes into config structs; only keys present in the node are set.
 class Loader {
  public:
-  Loader(const YAML::Node& node, std::string prefix) : node_(node), prefix_(std::move(prefix)) {
+  // given: where the dotted path of every key read is added (FarmConfig::given).
+  Loader(const YAML::Node& node, std::string prefix, std::vector<std::string>* given)
+      : node_(node), prefix_(std::move(prefix)), given_(given) {
     if (!node_.IsMap() && !node_.IsNull())
       throw ConfigError(fmt::format("{}: expected a mapping of keys, got {}", Where(), NodeText(node_)));
   }
@@ -74,6 +77,7 @@ class Loader {
     if (!node_.IsMap()) return;
     const YAML::Node child = node_[key];
     if (!child.IsDefined()) return;
+    if (given_ != nullptr) given_->push_back(Path(key));
     Read(Path(key), child, field, rule);
   }
 
@@ -102,10 +106,10 @@ class Loader {
     field = value;
   }
 
-  static void Read(const std::string& key, const YAML::Node& node, bool& field, const Rule&) {
+  void Read(const std::string& key, const YAML::Node& node, bool& field, const Rule&) {
     ReadScalar(key, node, field);
   }
-  static void Read(const std::string& key, const YAML::Node& node, std::string& field, const Rule& rule) {
+  void Read(const std::string& key, const YAML::Node& node, std::string& field, const Rule& rule) {
     if (node.IsNull()) {
       field.clear();
     } else {
@@ -115,14 +119,14 @@ class Loader {
       throw ConfigError(fmt::format("{}: expected {}, got {}", key, rule.Describe(), NodeText(node)));
   }
   template <class T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
-  static void Read(const std::string& key, const YAML::Node& node, T& field, const Rule& rule) {
+  void Read(const std::string& key, const YAML::Node& node, T& field, const Rule& rule) {
     if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false"))
       throw ConfigError(fmt::format("{}: expected {}, got {}", key, TypeName(&field), NodeText(node)));
     ReadScalar(key, node, field);
     CheckRule(static_cast<double>(field), rule, key, node);
   }
   template <class T>
-  static void Read(const std::string& key, const YAML::Node& node, std::optional<T>& field, const Rule& rule) {
+  void Read(const std::string& key, const YAML::Node& node, std::optional<T>& field, const Rule& rule) {
     if (node.IsNull()) {
       field.reset();
       return;
@@ -132,14 +136,14 @@ class Loader {
     field = value;
   }
   template <class T>
-  static void Read(const std::string& key, const YAML::Node& node, std::vector<T>& field, const Rule& rule) {
+  void Read(const std::string& key, const YAML::Node& node, std::vector<T>& field, const Rule& rule) {
     if (!node.IsSequence()) throw ConfigError(fmt::format("{}: expected a list, got {}", key, NodeText(node)));
     std::vector<T> values(node.size());
     for (std::size_t i = 0; i < node.size(); ++i) Read(fmt::format("{}[{}]", key, i), node[i], values[i], rule);
     field = std::move(values);
   }
-  static void Read(const std::string& key, const YAML::Node& node, std::map<std::string, double>& field,
-                   const Rule& rule) {
+  void Read(const std::string& key, const YAML::Node& node, std::map<std::string, double>& field,
+            const Rule& rule) {
     if (node.IsNull()) {
       field.clear();
       return;
@@ -155,8 +159,8 @@ class Loader {
     }
   }
   template <class T, std::enable_if_t<HasVisit<T, Loader>::value, int> = 0>
-  static void Read(const std::string& key, const YAML::Node& node, T& section, const Rule&) {
-    Loader loader(node, key);
+  void Read(const std::string& key, const YAML::Node& node, T& section, const Rule&) {
+    Loader loader(node, key, given_);
     section.visit(loader);
     loader.Finish();
   }
@@ -164,6 +168,7 @@ class Loader {
   const YAML::Node& node_;
   std::string prefix_;
   std::vector<std::string> known_;
+  std::vector<std::string>* given_;
 };
 
 // Writes config structs as YAML.
@@ -217,7 +222,7 @@ class Dumper {
 };
 
 void Apply(const YAML::Node& root, FarmConfig* out) {
-  Loader loader(root, "");
+  Loader loader(root, "", &out->given);
   out->visit(loader);
   loader.Finish();
 }
@@ -274,6 +279,14 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source, Farm
   return Status::Ok();
 }
 
+void NoteConfigSource(const std::string& path, FarmConfig* config) {
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::absolute(path, ec).lexically_normal();
+  config->source_dir = file.parent_path().string();
+  config->in_run_dir =
+      file.filename() == "config.yaml" && std::filesystem::is_directory(file.parent_path() / "checkpoints", ec);
+}
+
 Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, FarmConfig* out) {
   if (!path.empty()) {
     std::ifstream in(path);
@@ -288,6 +301,7 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
           "{}: no config keys (the file is empty, only comments or {{}}): expected a YAML mapping such as "
           "'env: {{name: CartPole-v1}}'; configs/ holds complete examples",
           path));
+    NoteConfigSource(path, out);
   }
   for (const auto& text : overrides) {
     try {
@@ -295,6 +309,14 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
     } catch (const ConfigError& e) {
       return Status::InvalidArgument(fmt::format("--set {}: {}", text, e.what()));
     }
+  }
+  if (out->ppo.core != "none") {
+    const auto given = [&](const char* key) {
+      return std::find(out->given.begin(), out->given.end(), key) != out->given.end();
+    };
+    if (!given("ppo.rollout_length")) out->ppo.rollout_length = kCoreDefaults.rollout_length;
+    if (!given("ppo.lr")) out->ppo.lr = kCoreDefaults.lr;
+    if (!given("ppo.core_size")) out->ppo.core_size = kCoreDefaults.core_size;
   }
   return ValidateConfig(*out);
 }
@@ -362,9 +384,10 @@ Status ValidateConfig(const FarmConfig& c) {
         "learner.cuda_graphs cannot act with ppo.sde (each env's noise matrix is held between its steps, outside "
         "the graphs); set learner.cuda_graphs=false, or ppo.sde=false");
   if (c.ppo.core != "none") {
-    if (c.ppo.bptt > c.ppo.rollout_length || c.ppo.rollout_length % c.ppo.bptt != 0)
+    if (c.ppo.bptt > c.ppo.rollout_length || c.ppo.rollout_length % c.ppo.chunk_steps() != 0)
       return Status::InvalidArgument(fmt::format(
-          "ppo.bptt ({}) must divide ppo.rollout_length ({}): the update trains through whole chunks of bptt steps",
+          "ppo.bptt ({}) must divide ppo.rollout_length ({}): the update trains through whole chunks of bptt steps "
+          "(0, the default: the whole rollout)",
           c.ppo.bptt, c.ppo.rollout_length));
     if (c.ppo.fused_update == "on")
       return Status::InvalidArgument(fmt::format(

@@ -59,11 +59,17 @@ struct EnvConfig {
   // /usr/bin/python3 that can import zmq, google.protobuf and numpy (worker/python_launch.h), the choice said at
   // start; set: that one, refused at start (farm-worker exits 2, naming the fixes) when it lacks a module.
   std::string python_interpreter;
+  // Where the run's Python worker found env.python's code when the run started: the absolute path of its .py file,
+  // or, for a module name, the sys.path folder it was imported from. The learner writes it into the run
+  // directory's config.yaml from the first worker's Hello; a worker started from a run directory (farm-eval,
+  // --resume) looks there first (common/config_files.h). Empty in a config of your own.
+  std::string python_found;
 
   template <class V> void visit(V& v) {
     v("name", name);
     v("python", python);
     v("python_interpreter", python_interpreter);
+    v("python_found", python_found);
     v("num_envs", num_envs, Rule::AtLeast(1));
     v("num_groups", num_groups, Rule::Between(1, 64));
     v("options", options);
@@ -269,8 +275,10 @@ struct PpoConfig {
   // critic. CUDA-graphed acting and the fused and graphed updates have no core (refused, or auto falls back).
   std::string core = "none";
   int core_size = 128;
-  int bptt = 16;
+  int bptt = 0;  // 0: the whole rollout (Sample Factory's default); else it must divide rollout_length
   bool critic_core = true;
+  // The steps the update trains through in one chunk: how far back a gradient reaches.
+  int chunk_steps() const { return bptt > 0 ? bptt : rollout_length; }
   // Advantages and value targets (learner/train/vtrace.h): gae from the values at acting time (CleanRL's), or
   // vtrace, IMPALA's off-policy correction from the ratio of the policy being trained to the behaviour policy
   // (the log-probs stored at acting), computed once at the update's start, under the PPO clipped loss as in
@@ -318,7 +326,7 @@ struct PpoConfig {
     v("graph_update", graph_update, Rule::OneOf({"auto", "on", "off"}));
     v("core", core, Rule::OneOf({"none", "gru", "lstm"}));
     v("core_size", core_size, Rule::AtLeast(1));
-    v("bptt", bptt, Rule::AtLeast(1));
+    v("bptt", bptt, Rule::AtLeast(0));
     v("critic_core", critic_core);
     v("advantage", advantage, Rule::OneOf({"gae", "vtrace"}));
     v("vtrace_rho_bar", vtrace_rho_bar, Rule::Positive());
@@ -343,6 +351,14 @@ struct FarmConfig {
   LearnerConfig learner;
   PpoConfig ppo;
 
+  // Not keys: where this config was read from (LoadConfig sets them), for finding the files it names
+  // (common/config_files.h). source_dir: the config file's folder, absolute (empty: no file); in_run_dir: the file
+  // is a run directory's config.yaml (its folder holds checkpoints/). given: the dotted keys the file and the
+  // --set overrides gave, for the defaults that depend on other keys (kCoreDefaults).
+  std::string source_dir;
+  bool in_run_dir = false;
+  std::vector<std::string> given;
+
   template <class V> void visit(V& v) {
     v("name", name);
     v("seed", seed);
@@ -360,9 +376,25 @@ struct FarmConfig {
   }
 };
 
+// The defaults of a policy with a core (ppo.core gru or lstm), for each of these keys the config does not give:
+// chosen on the memory tasks (docs/PERFORMANCE.md, "Policies with memory: the defaults"). A longer rollout, so
+// that a chunk trained through (ppo.bptt: the whole rollout by default) spans long dependencies; a smaller core
+// and a larger learning rate than the MLP's.
+struct CoreDefaults {
+  int rollout_length = 128;
+  double lr = 1e-3;
+  int core_size = 64;
+};
+inline constexpr CoreDefaults kCoreDefaults{};
+
 // Loads `path` (empty: defaults only), then applies each "a.b.c=value"
-// override in order (value is parsed as YAML: 1e-3, true, [64, 64]).
+// override in order (value is parsed as YAML: 1e-3, true, [64, 64]); then, with a core, kCoreDefaults for the
+// keys neither gave.
 Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, FarmConfig* out);
+
+// Sets config's source_dir and in_run_dir for a config read from `path` (LoadConfig does it; a config parsed from
+// text another way, such as a checkpoint's, is given its run directory's config.yaml path).
+void NoteConfigSource(const std::string& path, FarmConfig* config);
 
 // Same, from YAML text; `source` names it in error messages.
 Status ParseConfig(const std::string& yaml_text, const std::string& source, FarmConfig* out);

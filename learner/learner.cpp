@@ -15,6 +15,7 @@
 // -> trainer), the writer's slot and outcomes, and Liveness; no lock guards
 // model state.
 #include "learner/learner_impl.h"
+#include "common/config_files.h"
 #include "learner/model/blas_kernel.h"
 
 #include <algorithm>
@@ -81,7 +82,11 @@ std::string Learner::Impl::RequestedStopReason() {
 
 Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) {
   InstallProtobufLogHandler();  // before any thread parses a message
-  auto impl = std::make_unique<Impl>(config);
+  // The files the config names, found (beside the config, or where a run directory recorded them) and made
+  // absolute: this run's config.yaml records where each was found (common/config_files.h).
+  FarmConfig resolved = config;
+  if (auto s = ResolveLearnerFiles(&resolved, kActorEncoderScriptFile, kCriticEncoderScriptFile); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>(resolved);
   if (auto s = impl->Init(); !s.ok()) return s;
   std::unique_ptr<Learner> learner(new Learner(std::move(impl)));
   learner->impl_->router->Start();

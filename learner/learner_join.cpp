@@ -51,7 +51,15 @@ void Learner::Impl::OnHello(Work& w) {
   const bool first = !registry.has_run();
   if (first) {
     ActivityScope busy(inference, "building the run from the first Hello (policy, CUDA graphs, warm-up, resume)");
+    // Where a Python worker found the env's code: recorded in config.yaml (by ApplyResume's write when resuming,
+    // below otherwise), so that eval and --resume find it from the run directory alone.
+    const bool found_here = !h.env_source().empty() && h.env_source() != config.env.python_found;
+    if (found_here) run_dir->RecordPythonFound(h.env_source());
     if (!BuildRunFrom(h, hs, refuse)) return;
+    if (found_here && !config.learner.resume) {
+      if (auto s = run_dir->WriteConfig(config); !s.ok()) spdlog::error("{}", s.message());
+      spdlog::info("env.python found at {} (recorded in {})", h.env_source(), run_dir->file("config.yaml"));
+    }
   }
   // The store grows by this worker's rows: the run with it must fit the memory budget (learner/run/memory_budget.h).
   // (The first Hello's check is BuildRunFrom's, before it writes anything.)
@@ -176,12 +184,21 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
       return fmt::format("TorchScript {} ({} features)", scripted->path(), scripted->features());
     return EncoderName(parts.options.encoder);
   };
+  // With a core, how far back the update's gradients reach: a dependency longer than a chunk cannot be learned.
+  std::string memory;
+  if (cores)
+    memory = fmt::format("; a {} core of {} units{}: gradients reach back at most {} steps (ppo.bptt{})",
+                         CoreName(parts.options.core), parts.options.core_size,
+                         parts.options.critic_core ? " in the actor and in the critic" : " in the actor",
+                         config.ppo.chunk_steps(),
+                         config.ppo.bptt > 0 ? fmt::format(" {}", config.ppo.bptt)
+                                             : fmt::format(" 0: the whole rollout of {}", config.ppo.rollout_length));
   spdlog::info("env {}: observation {}, action {}, {} agent(s) per env, global state {}; policy on {} (actor "
-               "encoder {}, critic encoder {} on {})",
+               "encoder {}, critic encoder {} on {}){}",
                spec.env_name, spec.observation.ToString(), spec.action.ToString(), spec.num_agents,
                spec.global_state ? spec.global_state->ToString() : std::string("none"), device.str(),
                encoder_text(parts.acting->actor_encoder()), encoder_text(parts.acting->critic_encoder()),
-               use_state ? "the global state" : "the observation");
+               use_state ? "the global state" : "the observation", memory);
   return true;
 }
 

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   if (!serve_dir.empty()) {
     if (config_path.empty()) config_path = serve_dir + "/config.yaml";
     // Serving: the run's policy, no updates, until stopped. User overrides still come last.
-    std::vector<std::string> serve = {"learner.init_from=" + serve_dir, "learner.train=false",
+    std::vector<std::string> serve = {"learner.init_from=" + serve_dir, "learner.train=false", "learner.resume=false",
                                       "total_env_steps=4611686018427387904", "stop_at_target=false", "run_dir=",
                                       "name=serve"};
     overrides.insert(overrides.begin(), serve.begin(), serve.end());
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       farm::Status s = farm::FindLatestValidCheckpoint(resume_dir + "/checkpoints", &checkpoint, nullptr);
       if (s.ok()) s = farm::ReadCheckpointConfig(checkpoint, &yaml);
       if (s.ok()) s = farm::ParseConfig(yaml, checkpoint + " (its stored config)", &config);
+      farm::NoteConfigSource(resume_dir + "/config.yaml", &config);  // the run directory's, for its files
       if (!s.ok()) {
         fmt::print(stderr, "farm-learner: --resume {}: no config.yaml there, and no config from a checkpoint: {}\n",
                    resume_dir, s.message());

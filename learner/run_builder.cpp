@@ -60,7 +60,7 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
     // The update's chunks and the acting's states follow the saved core; ValidateConfig checked ppo.bptt only
     // against ppo.core.
     if (out->options.core != CoreKind::kNone && config.learner.train &&
-        (config.ppo.bptt > config.ppo.rollout_length || config.ppo.rollout_length % config.ppo.bptt != 0)) {
+        (config.ppo.bptt > config.ppo.rollout_length || config.ppo.rollout_length % config.ppo.chunk_steps() != 0)) {
       *fatal = true;
       return Status::InvalidArgument(fmt::format(
           "learner.init_from: the policy in {} has a {} core; ppo.bptt ({}) must divide ppo.rollout_length ({})",

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/config_files.h"
 #include "common/resources.h"
 #include "worker/python_launch.h"
 #include "worker/worker_client.h"
@@ -69,6 +70,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "farm-worker: {}\n", s.message());
     return 2;
   }
+  if (auto s = farm::ResolveWorkerFiles(&config); !s.ok()) {
+    fmt::print(stderr, "farm-worker: {}\n", s.message());
+    return 2;
+  }
   if (check_python && config.env.python.empty()) return 0;  // a C++ env: no interpreter to choose
   if (!config.env.python.empty()) {
     // The interpreter: env.python_interpreter as given, or the first of python3 on PATH and /usr/bin/python3
@@ -84,20 +89,22 @@ int main(int argc, char** argv) {
       }
       // Said when chosen automatically (or asked for).
       if (check_python || config.env.python_interpreter.empty()) fmt::print(stderr, "{}\n", choice.note);
-      if (check_python) {
-        fmt::print("{}\n", choice.interpreter);
-        return 0;
-      }
       config.env.python_interpreter = choice.interpreter;
     }
     // A Python env: the Python worker runs in this process's place (same pid: the launcher's signals and
-    // PR_SET_PDEATHSIG reach it), with this config's settings.
+    // PR_SET_PDEATHSIG reach it), with this config's settings. Its .py file: where the run found it, else from
+    // here, beside the config file, then in the checkout this binary came from (common/config_files.h).
     std::vector<std::string> python_argv;
-    // A relative .py path: from here, else beside the config file, else in the checkout this binary came from.
-    const std::string config_dir =
-        config_path.empty() ? std::string() : std::filesystem::path(config_path).parent_path().string();
+    std::string note;
     const std::string checkout = std::filesystem::path(farm::CheckoutPythonPackageDir()).parent_path().parent_path();
-    farm::Status s = farm::PythonWorkerArgv(config, index, endpoint, stats_file, {config_dir, checkout}, &python_argv);
+    farm::Status s = farm::PythonWorkerArgv(config, index, endpoint, stats_file, {checkout}, &python_argv, &note);
+    if (!note.empty()) fmt::print(stderr, "farm-worker: {}\n", note);
+    // Asked by the launcher: the interpreter, once the env's file is found (so that a run whose env cannot be found
+    // stops before anything starts).
+    if (s.ok() && check_python) {
+      fmt::print("{}\n", config.env.python_interpreter);
+      return 0;
+    }
     if (s.ok()) s = farm::ExecPythonWorker(python_argv, farm::CheckoutPythonPackageDir());
     fmt::print(stderr, "farm-worker: {}\n", s.message());
     return 2;

@@ -1,5 +1,7 @@
 #include "worker/python_launch.h"
 
+#include "common/config_files.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,7 +26,7 @@ namespace farm {
 
 Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& learner_endpoint,
                         const std::string& stats_file, const std::vector<std::string>& search_dirs,
-                        std::vector<std::string>* argv) {
+                        std::vector<std::string>* argv, std::string* note) {
   const EnvConfig& env = config.env;
   std::string spec = env.python;
   const auto colon = spec.rfind(':');
@@ -34,26 +36,36 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
         "one env), got '{}'",
         spec));
   std::string module = spec.substr(0, colon);
+  std::string sys_path;  // for a module name: the folder the run found it in, put first on sys.path
   if (module.size() > 3 && module.compare(module.size() - 3, 3, ".py") == 0) {
-    std::error_code ec;
-    std::filesystem::path found;
-    std::vector<std::string> tried;
-    const std::filesystem::path rel(module);
-    std::vector<std::filesystem::path> candidates{std::filesystem::absolute(rel, ec)};
-    if (rel.is_relative())
-      for (const auto& d : search_dirs)
-        if (!d.empty()) candidates.push_back(std::filesystem::absolute(std::filesystem::path(d) / rel, ec));
-    for (const auto& c : candidates) {
-      if (std::filesystem::is_regular_file(c, ec)) {
-        found = c.lexically_normal();
+    FileQuery q;
+    q.key = "env.python";
+    q.path = module;
+    q.recorded = env.python_found;
+    q.also = search_dirs;
+    q.hint = fmt::format("set env.python to where the file is now (--set env.python=/path/to/{}{})",
+                         std::filesystem::path(module).filename().string(), spec.substr(colon));
+    std::string found;
+    if (auto s = FindConfigFile(config, q, &found); !s.ok()) return Status::InvalidArgument(s.message());
+    spec = found + spec.substr(colon);
+  } else if (!env.python_found.empty()) {
+    // A module name: the recorded folder, or where it is now that the run directory has moved, when it holds the
+    // module (a.b: a/b.py, a/b/__init__.py or a namespace folder a/b).
+    std::string rel = module;
+    std::replace(rel.begin(), rel.end(), '.', '/');
+    const std::vector<std::string> places = RecordedPlaces(config, env.python_found);
+    for (const std::string& dir : places) {
+      std::error_code ec;
+      const std::filesystem::path base = std::filesystem::path(dir) / rel;
+      if (std::filesystem::is_regular_file(base.string() + ".py", ec) || std::filesystem::is_directory(base, ec)) {
+        sys_path = dir;
         break;
       }
-      tried.push_back(c.lexically_normal().string());
     }
-    if (found.empty())
-      return Status::InvalidArgument(
-          fmt::format("env.python: file '{}' not found (looked for {})", module, fmt::join(tried, ", ")));
-    spec = found.string() + spec.substr(colon);
+    if (sys_path.empty() && note != nullptr)
+      *note = fmt::format("env.python: module '{}' is not in the folder the run found it in (looked in {}); "
+                          "importing it from Python's own path (set env.python_found to the folder that holds it)",
+                          module, fmt::join(places, ", "));
   }
   if (env.python_interpreter.empty())
     return Status::InvalidArgument(
@@ -78,6 +90,7 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
                                 fmt::format("{}", config.transport.worker_give_up_s),
                                 "--frame-stack",
                                 std::to_string(env.frame_stack)};
+  if (!sys_path.empty()) a.insert(a.end(), {"--sys-path", sys_path});
   if (env.normalize_obs || env.normalize_reward) {
     if (env.normalize_obs) a.push_back("--normalize-obs");
     if (env.normalize_reward) a.push_back("--normalize-reward");

@@ -17,12 +17,15 @@
 namespace farm {
 
 // argv for execvp (argv[0] is env.python_interpreter, which must be set: ChoosePythonInterpreter's choice).
-// InvalidArgument naming env.python when it is not MODULE:FACTORY, or when a .py file it names is not found. A relative
-// .py path is looked for in the current directory, then in each of `search_dirs` in order (farm-worker passes the
-// config file's directory and the checkout this binary was built from), and made absolute.
+// InvalidArgument naming env.python when it is not MODULE:FACTORY, or when a .py file it names is not found. A .py
+// path is looked for where the run found it (env.python_found, and where that is now if the run directory moved),
+// then, relative, in the current directory, beside the config file and in each of `search_dirs` in order
+// (farm-worker passes the checkout this binary was built from), and made absolute (common/config_files.h). A module
+// name with env.python_found: that folder, or where it is now, goes first on the worker's sys.path (--sys-path);
+// when the module is not there, `note` (if given) says so and Python's own path is left to find it.
 Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& learner_endpoint,
                         const std::string& stats_file, const std::vector<std::string>& search_dirs,
-                        std::vector<std::string>* argv);
+                        std::vector<std::string>* argv, std::string* note = nullptr);
 
 // Replaces this process with the Python worker (PYTHONPATH gets `package_dir` first, when it exists, so that a
 // checkout's package is found without pip install). Returns only on failure, with the reason.

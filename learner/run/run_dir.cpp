@@ -44,7 +44,7 @@ std::vector<std::string> ConfigChanges(const std::string& before, const std::str
   FlattenYaml(YAML::Load(after), "", &b);
   std::vector<std::string> out;
   for (const auto& [key, value] : b) {
-    if (key == "run_dir" || key == "learner.resume") continue;  // what resuming itself sets
+    if (key == "run_dir" || key == "learner.resume" || key == "env.python_found") continue;  // resuming sets them
     auto it = a.find(key);
     const std::string old = it == a.end() ? std::string("(absent)") : it->second;
     if (old != value) out.push_back(fmt::format("{}: {} -> {}", key, old, value));
@@ -112,7 +112,12 @@ Status RunDir::Open(const FarmConfig& config, std::unique_ptr<RunDir>* out) {
 }
 
 Status RunDir::WriteConfig(const FarmConfig& config) const {
-  return WriteFileAtomic(file("config.yaml"), DumpConfig(config));
+  FarmConfig recorded = config;
+  std::error_code ec;
+  recorded.run_dir = std::filesystem::absolute(path_, ec).lexically_normal().string();
+  recorded.learner.resume = false;  // how this session started, not the run's: --resume says it each time
+  if (!python_found_.empty()) recorded.env.python_found = python_found_;
+  return WriteFileAtomic(file("config.yaml"), DumpConfig(recorded));
 }
 
 }  // namespace farm

@@ -28,16 +28,21 @@ class RunDir {
   const std::string& path() const { return path_; }
   std::string checkpoints() const { return path_ + "/checkpoints"; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // config.yaml: `config` with run_dir as this directory's absolute path and env.python_found as recorded, so
+  // that what starts from this directory alone finds the run's files (common/config_files.h).
   Status WriteConfig(const FarmConfig& config) const;
+  // Where the run's first Python worker found the env's code (its Hello's env_source), for the next WriteConfig.
+  void RecordPythonFound(const std::string& found) { python_found_ = found; }
 
  private:
   RunDir() = default;
   std::string path_;
+  std::string python_found_;  // empty: the config's own env.python_found
   std::unique_ptr<DirectoryLock> lock_;  // run_dir/learner.lock, held for this learner's life
 };
 
-// The keys whose values differ between two dumped configs, as "key: before -> after" (run_dir and
-// learner.resume, which resuming itself sets, left out).
+// The keys whose values differ between two dumped configs, as "key: before -> after" (run_dir, learner.resume and
+// env.python_found, which resuming itself sets, left out).
 std::vector<std::string> ConfigChanges(const std::string& before, const std::string& after);
 
 }  // namespace farm

@@ -8,7 +8,7 @@ namespace farm {
 void RolloutCollector::CreateStore(int64_t obs_numel, const Space& action, int64_t state_numel, int agents_per_env,
                                    int64_t core_numel) {
   store_ = std::make_unique<TrajectoryStore>(config_.ppo.rollout_length, obs_numel, action, state_numel,
-                                             agents_per_env, core_numel, config_.ppo.bptt);
+                                             agents_per_env, core_numel, config_.ppo.chunk_steps());
 }
 
 void RolloutCollector::DropParked(const std::string& identity) {

@@ -59,6 +59,32 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
+def env_source(spec: str) -> str:
+    """Where load_factory(spec) found the env's code: the .py file's absolute path, or the sys.path folder that
+    holds a module name (for a.b: the folder with a/b.py, a/b/__init__.py or the namespace folder a/b); "" when
+    it cannot be told (a built-in or frozen module). The learner records it (env.python_found)."""
+    module_name = spec.rpartition(":")[0]
+    if module_name.endswith(".py") or os.sep in module_name:
+        return os.path.abspath(module_name)
+    module = sys.modules.get(module_name)
+    if module is None:
+        return ""
+    parts = module_name.split(".")
+    file = getattr(module, "__file__", None)
+    if file:
+        base = os.path.abspath(file)
+        up = len(parts) + 1 if os.path.basename(base).startswith("__init__.") else len(parts)
+    else:
+        paths = list(getattr(module, "__path__", None) or [])  # a namespace package
+        if not paths:
+            return ""
+        base = os.path.join(os.path.abspath(paths[0]), "__init__")
+        up = len(parts) + 1
+    for _ in range(up):
+        base = os.path.dirname(base)
+    return base
+
+
 def _die_with_parent(launcher: int) -> bool:
     """PR_SET_PDEATHSIG(SIGTERM), as farm-worker: no orphans if the launcher is killed (Linux only).
 
@@ -87,6 +113,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--index", type=int, default=0, help="this worker's index (seeds and identity)")
     p.add_argument("--worker-id", default=None, help="ZeroMQ identity (default worker-HOST-INDEX-PID)")
     p.add_argument("--env-name", default=None, help="env name in Hello (default: env.spec.id or the class name)")
+    p.add_argument("--sys-path", default=None, metavar="DIR",
+                   help="put DIR first on sys.path before importing MODULE (farm-worker passes the folder a run "
+                        "recorded for a module name: env.python_found)")
     p.add_argument("--give-up-s", type=float, default=60, help="exit when the learner is silent this long")
     p.add_argument("--proto-dir", default=None, help="folder with farm_pb2.py (default: $FARM_PYTHON_PATH)")
     p.add_argument("--stats-file", default=None, help="write this worker's statistics (JSON) here at exit")
@@ -120,6 +149,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         normalization = NormalizerOptions(args.normalize_obs, args.normalize_reward, args.obs_clip,
                                           args.reward_clip, args.gamma)
+        if args.sys_path:
+            sys.path.insert(0, os.path.abspath(args.sys_path))
         factory = load_factory(args.env_module)
         worker = PythonWorker([factory] * args.num_envs, args.learner, num_groups=args.groups,
                               worker_id=args.worker_id, seed=args.seed, give_up_s=args.give_up_s,
@@ -127,7 +158,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               curve_worker_secret_key_file=args.curve_worker_secret_key_file,
                               curve_learner_public_key_file=args.curve_learner_public_key_file,
                               normalization=normalization, rollout_length=args.rollout_length,
-                              frame_stack=args.frame_stack, use_numpy=False if args.no_numpy else None)
+                              frame_stack=args.frame_stack, use_numpy=False if args.no_numpy else None,
+                              env_source=env_source(args.env_module))
     except WorkerError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2

@@ -107,6 +107,9 @@ class PythonWorker:
 
     frame_stack: the learner's env.frame_stack; each group is a FrameStack over its VectorEnv, so the
     Hello, the requests and the normaliser carry stacked observations (as farm-worker's).
+
+    env_source: where the env's code was found (cli.env_source), said in Hello; the learner records it in the
+    run directory's config (env.python_found) so that eval and --resume find the env from the run directory.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], learner_endpoint: str, num_groups: int = 2,
@@ -116,8 +119,9 @@ class PythonWorker:
                  curve_worker_secret_key_file: Optional[str] = None,
                  curve_learner_public_key_file: Optional[str] = None,
                  normalization: Optional[NormalizerOptions] = None, rollout_length: Optional[int] = None,
-                 frame_stack: int = 1, use_numpy: Optional[bool] = None):
+                 frame_stack: int = 1, use_numpy: Optional[bool] = None, env_source: str = ""):
         check_endpoint(learner_endpoint)
+        self.env_source = env_source
         self.pb = load_proto(proto_dir)
         self.zmq = zmq_module()
         self._curve = None  # (secret, public, learner public), Z85 bytes
@@ -393,6 +397,8 @@ class PythonWorker:
             space_to_wire(self.state_space, h.global_state)
         if self.normalizer is not None:
             self.normalizer.options.to_wire(h.normalization)
+        if self.env_source and "env_source" in h.DESCRIPTOR.fields_by_name:  # an older farm_pb2.py lacks it
+            h.env_source = self.env_source
         self._send(env)
         reply = self._receive("no answer to Hello: is a farm-learner listening there?", timeout_s)
         if reply is None:
