@@ -500,7 +500,17 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
   torch::Device device(torch::kCPU);
   farm::Precision precision;
   if (!ResolveDeviceAndPrecision(config.learner.device, config.learner.precision, &device, &precision)) return 2;
-  auto policy = CartPolePolicy(config.ppo.hidden_sizes);
+  // CartPole's spaces; the config's core (ppo.core, core_size, critic_core), whose update runs over chunks of
+  // ppo.bptt steps from stored states.
+  farm::PolicyOptions options;
+  if (auto s = farm::ParseCore(config.ppo.core, &options.core); !s.ok()) {
+    fmt::print(stderr, "ppo.{}\n", s.message());
+    return 2;
+  }
+  options.core_size = config.ppo.core_size;
+  options.critic_core = config.ppo.critic_core;
+  farm::ActorCritic policy(farm::Space::Box({4}, {-1.f}, {1.f}), farm::Space::Discrete(2), config.ppo.hidden_sizes,
+                           options);
   policy->to(device);
   farm::PpoTrainer trainer(policy, config.ppo, 1, precision);
   const int64_t T = config.ppo.rollout_length, N = envs;
@@ -513,6 +523,10 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
   r.rewards = torch::ones({T, N}, on);
   r.dones = (torch::rand({T, N}, on) < 0.02).to(torch::kFloat32);
   r.last_value = torch::randn({N}, on);
+  if (options.core != farm::CoreKind::kNone) {
+    r.bptt = config.ppo.chunk_steps();
+    r.core_states = torch::zeros({T / r.bptt, N, policy->core_state_size()}, on);
+  }
   // Warm-up: the first update creates Adam's state (LibTorch path); with ppo.graph_update the second warms up and
   // captures the CUDA graph.
   trainer.Update(r, 0.0);
@@ -535,6 +549,7 @@ int BenchUpdate(const std::string& config_path, const std::vector<std::string>& 
                                     {"fused", trainer.fused()}, {"graphed", trainer.graphed_updates() > 0},
                                     {"grad_steps_per_second", grad_steps / t},
                                     {"hidden", config.ppo.hidden_sizes}, {"skipped_steps", trainer.scaler().skipped_steps()},
+                                    {"core", config.ppo.core}, {"bptt", config.ppo.chunk_steps()},
                                     {"epochs", config.ppo.update_epochs}, {"minibatches", config.ppo.num_minibatches},
                                     {"ms_per_update", 1e3 * t / static_cast<double>(updates)},
                                     {"samples_per_second", samples / t}}

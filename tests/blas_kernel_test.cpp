@@ -123,7 +123,7 @@ TEST_CASE("the plan: an unknown Intel model with AVX-512 on OpenBLAS's fallback 
   CHECK(farm::PlanBlasKernel(no_zmm, "Prescott", true).candidates == std::vector<std::string>{"Haswell", "Sandybridge"});
 }
 
-TEST_CASE("the plan: AMD with AVX-512 tries SkylakeX over Zen; AMD with AVX2 keeps Zen", "[blas]") {
+TEST_CASE("the plan: AMD with AVX-512 tries SkylakeX over Zen, AMD with AVX2 keeps Zen", "[blas]") {
   CHECK(farm::PlanBlasKernel(kZen4, "Zen", true).candidates == std::vector<std::string>{"SkylakeX"});
   CHECK(farm::PlanBlasKernel(kZen2, "Zen", true).candidates.empty());
   CHECK(farm::PlanBlasKernel(kZen2, "Haswell", true).candidates.empty());
@@ -133,7 +133,7 @@ TEST_CASE("the plan: AMD with AVX-512 tries SkylakeX over Zen; AMD with AVX2 kee
   CHECK(farm::PlanBlasKernel(kHaswell, "Nehalem", true).candidates == std::vector<std::string>{"Haswell", "Sandybridge"});
 }
 
-TEST_CASE("the plan: a kernel that fails the check is replaced by narrower ones; an unknown one is kept", "[blas]") {
+TEST_CASE("the plan: a kernel that fails the check is replaced by narrower ones, an unknown one is kept", "[blas]") {
   CHECK(farm::PlanBlasKernel(kEmeraldRapids, "SkylakeX", false).candidates ==
         std::vector<std::string>{"Haswell", "Sandybridge", "Prescott"});
   // A kernel wider than the CPU (a wrong OPENBLAS_CORETYPE that did not crash): down from what the CPU runs.

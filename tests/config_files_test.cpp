@@ -129,7 +129,7 @@ TEST_CASE("a run directory read from where it was recorded, moved, and moved wit
   }
 }
 
-TEST_CASE("the learner's files made absolute; a run directory's encoder copy first; the workers' keys",
+TEST_CASE("the learner's files made absolute, a run directory's encoder copy first, the workers' keys",
           "[files]") {
   farm::testing::TempDir tmp;
   const fs::path root(tmp.path), proj = root / "proj";

@@ -16,7 +16,7 @@
 #include "common/config.h"
 #include "learner/model/policy.h"
 #include "learner/train/adam_state.h"
-#include "learner/train/mlp_kernels.h"
+#include "learner/model/cpu_kernels.h"
 #include "learner/train/ppo.h"
 #include "tests/ppo_test_util.h"
 

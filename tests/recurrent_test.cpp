@@ -124,6 +124,50 @@ TEST_CASE("a recurrent core's chunk equals LibTorch's cell stepped with resets, 
   }
 }
 
+TEST_CASE("the fused GRU unroll gives the stepwise GRU's outputs and every gradient, with and without resets",
+          "[core]") {
+  torch::manual_seed(11);
+  // Odd sizes: the kernels' edge code (rows and columns left over from their tiles).
+  const int64_t K = 2, L = 7, B = 5, S = 6, G = 3 * S;
+  const auto grad = torch::TensorOptions().requires_grad(true);
+  const torch::Tensor gi = torch::randn({K, L, B, G}, grad), state0 = torch::randn({K, B, S}, grad);
+  const torch::Tensor weight = (0.5 * torch::randn({K, G, S})).requires_grad_(), bias = torch::randn({K, G}, grad);
+  const torch::Tensor loss_w = torch::randn({K, L, B, S});
+  torch::Tensor keep = torch::ones({L, B});
+  keep[0][1] = 0;  // rows 1 and 3 start episodes inside the chunk, row 1 at its first step
+  keep[3][3] = 0;
+  keep[4][1] = 0;
+  for (const bool resets : {true, false}) {
+    INFO("resets " << resets);
+    const torch::Tensor k = resets ? keep : torch::Tensor();
+    // The reference: the cell's equations, stepped through autograd.
+    torch::Tensor h = state0;
+    std::vector<torch::Tensor> steps;
+    for (int64_t t = 0; t < L; ++t) {
+      if (resets) h = h * keep[t].view({1, B, 1});
+      const torch::Tensor gh = torch::baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2));
+      const torch::Tensor x = gi.select(1, t);
+      const torch::Tensor r = torch::sigmoid(x.narrow(-1, 0, S) + gh.narrow(-1, 0, S));
+      const torch::Tensor z = torch::sigmoid(x.narrow(-1, S, S) + gh.narrow(-1, S, S));
+      const torch::Tensor n = torch::tanh(x.narrow(-1, 2 * S, S) + r * gh.narrow(-1, 2 * S, S));
+      h = (1 - z) * n + z * h;
+      steps.push_back(h);
+    }
+    const torch::Tensor ref = torch::stack(steps, 1);
+    const auto ref_grads = torch::autograd::grad({(ref * loss_w).sum()}, {gi, state0, weight, bias});
+    const torch::Tensor out = FusedGruUnroll(gi, state0, weight, bias, k);
+    CHECK(Close(out, ref));
+    const auto grads = torch::autograd::grad({(out * loss_w).sum()}, {gi, state0, weight, bias});
+    const char* names[] = {"gi", "state0", "weight_hh", "bias_hh"};
+    for (int i = 0; i < 4; ++i) {
+      INFO(names[i]);
+      CHECK(Close(grads[static_cast<size_t>(i)], ref_grads[static_cast<size_t>(i)], 1e-4));
+    }
+    // A reset cuts the past off: no gradient reaches row 1's initial state (zeroed before its first step).
+    if (resets) CHECK(grads[1].select(1, 1).abs().max().item<float>() == 0.0f);
+  }
+}
+
 TEST_CASE("two cores unrolled as one batch equal two unrolls, values and gradients", "[core]") {
   for (CoreKind kind : {CoreKind::kGru, CoreKind::kLstm}) {
     INFO(CoreName(kind));

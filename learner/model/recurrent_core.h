@@ -63,4 +63,15 @@ class RecurrentCoreImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RecurrentCore);
 
+// K GRUs' unrolls over L steps of B sequences, forward and backward written out for the CPU in float32: one node
+// in the autograd graph for the whole chunk instead of a dozen per step, the products by cpu_kernels.h's Gemm
+// and the gates by its vectorised tanh (sigmoid(x) = (1 + tanh(x / 2)) / 2). The same arithmetic as the cell
+// stepped through autograd, to rounding. gi [K, L, B, 3S]: every step's input projection (bias_ih in); state0
+// [K, B, S]; weight_hh [K, 3S, S]; bias_hh [K, 3S]; keep [L, B] float (0 where the state is zeroed before the
+// step: an episode start; undefined: never). Returns the outputs [K, L, B, S] (the state after each step).
+// Unroll and UnrollPair use it for a GRU whose tensors are float32 on the CPU; any other case (CUDA, an autocast
+// dtype, an LSTM) takes the stepwise path.
+torch::Tensor FusedGruUnroll(const torch::Tensor& gi, const torch::Tensor& state0, const torch::Tensor& weight_hh,
+                             const torch::Tensor& bias_hh, const torch::Tensor& keep);
+
 }  // namespace farm

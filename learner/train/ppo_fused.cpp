@@ -40,7 +40,7 @@
 #include <utility>
 
 #include "learner/train/adam_state.h"
-#include "learner/train/mlp_kernels.h"
+#include "learner/model/cpu_kernels.h"
 #include "learner/train/ppo_fused_impl.h"
 
 namespace farm {

@@ -4,7 +4,7 @@
 //
 // Per minibatch, exactly as PpoTrainer::Update's LibTorch path (see docs/PERFORMANCE.md, "The PPO update"):
 //   gather the minibatch rows (the trainer's generator draws the same randperm per epoch),
-//   forward critic and actor (Linear + tanh, through the register-blocked kernels of learner/train/mlp_kernels.h
+//   forward critic and actor (Linear + tanh, through the register-blocked kernels of learner/model/cpu_kernels.h
 //   on preallocated buffers: no autograd, no allocation, no BLAS),
 //   the loss terms (normalised advantages if norm_adv, clipped surrogate, clipped or plain value loss,
 //   entropy bonus) and their gradients by hand, backward through both MLPs,

@@ -1,5 +1,5 @@
-// Dense float32 kernels for the fused PPO update (learner/train/ppo_fused.h): the few shapes a small MLP's forward
-// and backward pass need, register-blocked and vectorised for AVX-512, AVX2+FMA or baseline x86-64 (chosen
+// Dense float32 kernels for the fused PPO update (learner/train/ppo_fused.h) and the fused GRU unroll
+// (learner/model/recurrent_core.h): the few shapes a small MLP's or GRU's forward and backward pass need, register-blocked and vectorised for AVX-512, AVX2+FMA or baseline x86-64 (chosen
 // once at run time from the CPU's features), plain portable vector code elsewhere. Single-threaded and
 // allocation-free: for 64-wide layers and minibatches of hundreds of rows they are faster than a BLAS call
 // (no packing, no threads to wake) and let the update keep off OpenBLAS's thread pool.
