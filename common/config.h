@@ -277,6 +277,10 @@ struct PpoConfig {
   int core_size = 128;
   int bptt = 0;  // 0: the whole rollout (Sample Factory's default); else it must divide rollout_length
   bool critic_core = true;
+  // How the cores' gate biases start: chrono (Tallec & Ollivier 2018: timescales drawn log-uniformly up to the
+  // chunk length, so that long dependencies are learned at all; MemoryCue with a 64-step delay stays at chance
+  // without it) or zero.
+  std::string core_init = "chrono";
   // The steps the update trains through in one chunk: how far back a gradient reaches.
   int chunk_steps() const { return bptt > 0 ? bptt : rollout_length; }
   // Advantages and value targets (learner/train/vtrace.h): gae from the values at acting time (CleanRL's), or
@@ -327,6 +331,7 @@ struct PpoConfig {
     v("core", core, Rule::OneOf({"none", "gru", "lstm"}));
     v("core_size", core_size, Rule::AtLeast(1));
     v("bptt", bptt, Rule::AtLeast(0));
+    v("core_init", core_init, Rule::OneOf({"chrono", "zero"}));
     v("critic_core", critic_core);
     v("advantage", advantage, Rule::OneOf({"gae", "vtrace"}));
     v("vtrace_rho_bar", vtrace_rho_bar, Rule::Positive());

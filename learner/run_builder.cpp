@@ -35,6 +35,7 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   if (auto s = ParseCore(config.ppo.core, &out->options.core); !s.ok()) return Status::InvalidArgument("ppo." + s.message());
   out->options.core_size = config.ppo.core_size;
   out->options.critic_core = config.ppo.critic_core;
+  out->options.core_timescale = config.ppo.core_init == "chrono" ? config.ppo.chunk_steps() : 0;
   ActorCritic initial{nullptr};
   if (!config.learner.init_from.empty()) {
     FarmConfig saved;

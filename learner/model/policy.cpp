@@ -128,12 +128,14 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     // encoder -> trunk -> core -> head, for each network with a core.
     const int64_t actor_width = AppendTrunk(actor.encoder, actor.width, actor.trunk, layout);
     if (!actor.encoder->is_empty()) actor_encoder_ = register_module("actor_encoder", actor.encoder);
-    actor_core_ = register_module("actor_core", RecurrentCore(options_.core, actor_width, options_.core_size));
+    actor_core_ = register_module(
+        "actor_core", RecurrentCore(options_.core, actor_width, options_.core_size, options_.core_timescale));
     actor_ = register_module("actor", Mlp(options_.core_size, {}, head_dim, kPolicyHeadGain, layout));
     if (options_.critic_core) {
       const int64_t critic_width = AppendTrunk(critic.encoder, critic.width, critic.trunk, layout);
       if (!critic.encoder->is_empty()) critic_encoder_ = register_module("critic_encoder", critic.encoder);
-      critic_core_ = register_module("critic_core", RecurrentCore(options_.core, critic_width, options_.core_size));
+      critic_core_ = register_module(
+          "critic_core", RecurrentCore(options_.core, critic_width, options_.core_size, options_.core_timescale));
       critic_ = register_module("critic", Mlp(options_.core_size, {}, 1, kValueHeadGain, layout));
     } else {
       if (!critic.encoder->is_empty()) critic_encoder_ = register_module("critic_encoder", critic.encoder);

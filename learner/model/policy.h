@@ -48,6 +48,10 @@ struct PolicyOptions {
   CoreKind core = CoreKind::kNone;
   int64_t core_size = 128;
   bool critic_core = true;
+  // The cores' gate biases start ready for dependencies up to this many steps (chrono initialisation,
+  // recurrent_core.h; ppo.core_init); 0: zero biases. Not part of the architecture: a checkpoint's weights
+  // replace it.
+  int64_t core_timescale = 0;
   // The encoder's and trunk's layout besides the kind (learner/model/encoder.h: ppo.conv, ppo.impala_channels,
   // ppo.activation, ppo.layer_norm). Part of the architecture (policy_spec.json).
   EncoderLayout layout;

@@ -33,7 +33,7 @@ Status ParseCore(const std::string& name, CoreKind* out) {
   return Status::Ok();
 }
 
-RecurrentCoreImpl::RecurrentCoreImpl(CoreKind kind, int64_t input_size, int64_t size)
+RecurrentCoreImpl::RecurrentCoreImpl(CoreKind kind, int64_t input_size, int64_t size, int64_t max_timescale)
     : kind_(kind), input_(input_size), size_(size) {
   if (kind == CoreKind::kNone) throw std::invalid_argument("RecurrentCore: the kind must be gru or lstm");
   if (input_size <= 0 || size <= 0)
@@ -50,6 +50,20 @@ RecurrentCoreImpl::RecurrentCoreImpl(CoreKind kind, int64_t input_size, int64_t 
     torch::Tensor hh = weight_hh_.narrow(0, g * size, size);
     ih.copy_(torch::nn::init::orthogonal_(torch::empty_like(ih), 1.0));
     hh.copy_(torch::nn::init::orthogonal_(torch::empty_like(hh), 1.0));
+  }
+  if (max_timescale > 2) {
+    // Chrono initialisation (Tallec & Ollivier, ICLR 2018): each unit's gate starts with a timescale drawn
+    // log-uniformly up to max_timescale steps, so that what an early step wrote can still reach a late one and
+    // the gradient back to it does not vanish at the start. Zero biases leave every unit forgetting about half
+    // its state per step. GRU: the update gate's bias log(U[1, T - 1]) (z = sigmoid(b) keeps the state);
+    // LSTM: the forget gate's the same, the input gate's its negative.
+    const torch::Tensor b = torch::log(torch::empty({size}).uniform_(1.0, static_cast<double>(max_timescale - 1)));
+    if (kind == CoreKind::kGru) {
+      bias_hh_.narrow(0, size, size).copy_(b);  // gates r, z, n
+    } else {
+      bias_hh_.narrow(0, 0, size).copy_(-b);  // gates i, f, g, o
+      bias_hh_.narrow(0, size, size).copy_(b);
+    }
   }
 }
 

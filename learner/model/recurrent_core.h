@@ -27,8 +27,9 @@ Status ParseCore(const std::string& name, CoreKind* out);
 class RecurrentCoreImpl : public torch::nn::Module {
  public:
   // Throws std::invalid_argument for kNone or a non-positive width. Weights orthogonal (gain 1, per gate
-  // block), biases zero, as CleanRL's recurrent PPO initialises its LSTM.
-  RecurrentCoreImpl(CoreKind kind, int64_t input_size, int64_t size);
+  // block), as CleanRL's recurrent PPO initialises its LSTM; biases zero, or with max_timescale > 2 the chrono
+  // initialisation of the gates that keep the state (timescales up to max_timescale steps; recurrent_core.cpp).
+  RecurrentCoreImpl(CoreKind kind, int64_t input_size, int64_t size, int64_t max_timescale = 0);
 
   CoreKind kind() const { return kind_; }
   int64_t input_size() const { return input_; }
