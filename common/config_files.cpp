@@ -53,9 +53,11 @@ std::vector<std::string> RecordedPlaces(const FarmConfig& config, const std::str
 std::vector<std::string> ConfigFileCandidates(const FarmConfig& config, const FileQuery& q) {
   std::vector<std::string> out;
   for (const std::string& p : q.preferred) Add(&out, p);
-  for (const std::string& p : RecordedPlaces(config, q.recorded)) Add(&out, p);
+  // An absolute path says which file is meant: it (and, from a moved run directory, where it is now) comes before
+  // what the run recorded for the key.
   const fs::path p(q.path);
   for (const std::string& place : RecordedPlaces(config, p.is_absolute() ? q.path : std::string())) Add(&out, place);
+  for (const std::string& place : RecordedPlaces(config, q.recorded)) Add(&out, place);
   if (p.is_relative()) {
     std::error_code ec;
     Add(&out, fs::current_path(ec) / p);

@@ -24,7 +24,8 @@ namespace farm {
 struct FileQuery {
   std::string key;                     // the config key, for the message ("ppo.actor_encoder_script")
   std::string path;                    // its value as the config gives it
-  std::string recorded;                // where the run found it, when recorded apart from `path` (env.python_found)
+  std::string recorded;                // where the run found it, when recorded apart from `path` (env.python_found):
+                                       // tried after an absolute `path`, before a relative one is looked for
   std::vector<std::string> preferred;  // tried before anything else (a run directory's own copy of the file)
   std::vector<std::string> also;       // folders tried last for a relative path (the checkout, for env.python)
   bool directory = false;              // a directory is looked for (learner.init_from), not a file

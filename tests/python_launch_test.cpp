@@ -127,6 +127,42 @@ TEST_CASE("env.python: a .py path is made absolute, a missing file or a value wi
   REQUIRE(RemoveTree(dir).ok());
 }
 
+TEST_CASE("env.python: where the run found the file comes first, but never over a spec naming another file") {
+  const std::string dir = std::filesystem::absolute("python_launch_test_found").string();
+  std::filesystem::create_directories(dir + "/old");
+  std::filesystem::create_directories(dir + "/new");
+  std::ofstream(dir + "/old/my_env.py") << "def make():\n    pass\n";
+  std::ofstream(dir + "/new/my_env.py") << "def make():\n    pass\n";
+  std::ofstream(dir + "/new/other.py") << "def make():\n    pass\n";
+  FarmConfig c;
+  c.env.python_interpreter = "python3";
+  c.env.python_found = dir + "/old/my_env.py";
+  std::vector<std::string> argv;
+  // The recorded file, over one of the same name in a search directory.
+  c.env.python = "my_env.py:make";
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {dir + "/new"}, &argv).ok());
+  CHECK(After(argv, "--env-module") == dir + "/old/my_env.py:make");
+  // Another file (a --set env.python): the record does not apply.
+  c.env.python = "other.py:make";
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {dir + "/new"}, &argv).ok());
+  CHECK(After(argv, "--env-module") == dir + "/new/other.py:make");
+  // An absolute path names its file, even one of the recorded name.
+  c.env.python = dir + "/new/my_env.py:make";
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv).ok());
+  CHECK(After(argv, "--env-module") == dir + "/new/my_env.py:make");
+  // A module name: the recorded folder goes first on the worker's sys.path when it holds the module.
+  c.env.python = "my_env:make";
+  c.env.python_found = dir + "/old";
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv).ok());
+  CHECK(After(argv, "--sys-path") == dir + "/old");
+  std::string note;
+  c.env.python = "not_there:make";
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://h:1", "", {}, &argv, &note).ok());
+  CHECK(std::find(argv.begin(), argv.end(), "--sys-path") == argv.end());
+  CHECK_THAT(note, Catch::Contains("module 'not_there' is not in the folder the run found it in"));
+  REQUIRE(RemoveTree(dir).ok());
+}
+
 // A fake interpreter: a shell script in `dir` that answers the probe as an interpreter lacking `missing` would
 // (it records its PYTHONPATH in NAME.pythonpath), or runs `body` when given. Returns its path.
 std::string FakePython(const std::filesystem::path& dir, const std::string& name, const std::string& missing,

@@ -41,7 +41,9 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
     FileQuery q;
     q.key = "env.python";
     q.path = module;
-    q.recorded = env.python_found;
+    // What the run recorded is where it found this file: not for a spec naming another one (a --set env.python).
+    if (std::filesystem::path(env.python_found).filename() == std::filesystem::path(module).filename())
+      q.recorded = env.python_found;
     q.also = search_dirs;
     q.hint = fmt::format("set env.python to where the file is now (--set env.python=/path/to/{}{})",
                          std::filesystem::path(module).filename().string(), spec.substr(colon));

@@ -323,13 +323,32 @@ torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, dou
   return total.to(torch::kFloat64);
 }
 
-PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel) {
+// What PlanUpdate decides before any data moves.
+struct PpoTrainer::Plan {
+  int64_t steps = 0, envs = 0, batch = 0;
+  int64_t k = 1;              // rows per state: minibatches take whole runs of k rows (units)
+  bool recurrent = false;     // units are chunks of rollout.bptt steps through the core
+  int64_t units = 0;          // T * N / k, or T * N / k / bptt with a core
+  int64_t units_kept = 0;     // within ppo.max_policy_lag
+  torch::Tensor kept;         // their indices on the device (undefined: all)
+  int64_t num_minibatches = 0;
+  torch::Device device{torch::kCPU};
+};
+
+// The rollout on the device, flattened to rows (and chunks, with a core), with its advantages and targets.
+struct PpoTrainer::Batch {
+  PpoRows rows;
+  PpoChunks chunks;
+};
+
+PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress, PpoStats* stats) const {
   if (!rollout.rewards.defined() || rollout.rewards.dim() != 2) {
     throw std::invalid_argument("PpoTrainer::Update: rewards must be [T, N]");
   }
-  const int64_t steps = rollout.rewards.size(0);
-  const int64_t envs = rollout.rewards.size(1);
-  const int64_t batch = steps * envs;
+  Plan plan;
+  const int64_t steps = plan.steps = rollout.rewards.size(0);
+  const int64_t envs = plan.envs = rollout.rewards.size(1);
+  const int64_t batch = plan.batch = steps * envs;
   if (batch == 0) throw std::invalid_argument("PpoTrainer::Update: empty rollout");
   if (!rollout.obs.defined() || rollout.obs.dim() < 2 || rollout.obs.size(0) != steps || rollout.obs.size(1) != envs) {
     throw std::invalid_argument("PpoTrainer::Update: obs must be [T, N, obs...] with T=" + std::to_string(steps) +
@@ -341,7 +360,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   }
   CheckShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
   // k rows per state: sample whole runs of k rows (units), so that each minibatch's critic sees each state once.
-  const int64_t k = rollout.states.defined() ? rollout.rows_per_state : 1;
+  const int64_t k = plan.k = rollout.states.defined() ? rollout.rows_per_state : 1;
   if (k < 1 || envs % k != 0)
     throw std::invalid_argument("PpoTrainer::Update: rows_per_state " + std::to_string(k) + " must divide N=" +
                                 std::to_string(envs));
@@ -355,133 +374,125 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
                                     : "PpoTrainer::Update: states given, but the policy has no global state");
   }
   // With a core the units are chunks of rollout.bptt steps (runs of k of them): T / bptt per row.
-  const bool recurrent = policy_->has_core();
-  const int64_t units = recurrent && rollout.bptt > 0 ? batch / k / rollout.bptt : batch / k;
+  plan.recurrent = policy_->has_core();
+  plan.units = plan.recurrent && rollout.bptt > 0 ? batch / k / rollout.bptt : batch / k;
+  plan.device = policy_->parameters().front().device();
 
-  std::vector<torch::Tensor> params = policy_->parameters();
-  const torch::Device device = params.front().device();
-
-  PpoStats stats;
-  stats.learning_rate = config_.anneal_lr ? config_.lr * (1.0 - std::clamp(progress, 0.0, 1.0)) : config_.lr;
+  stats->learning_rate = config_.anneal_lr ? config_.lr * (1.0 - std::clamp(progress, 0.0, 1.0)) : config_.lr;
   // ppo.max_policy_lag: the units the loss keeps (undefined: all), and the learning rate scaled by their share.
-  const torch::Tensor kept_host = UnitsWithinLag(rollout, k, recurrent, config_.max_policy_lag);
-  const int64_t units_kept = kept_host.defined() ? kept_host.size(0) : units;
-  const torch::Tensor kept = kept_host.defined() ? kept_host.to(device) : torch::Tensor();
-  stats.samples = units_kept * (batch / units);
-  stats.lag_dropped = batch - stats.samples;
-  stats.learning_rate *= static_cast<double>(units_kept) / static_cast<double>(units);
-  if (units_kept == 0) return stats;  // every sample too old: nothing to train on
-  for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
-  }
+  const torch::Tensor kept_host = UnitsWithinLag(rollout, k, plan.recurrent, config_.max_policy_lag);
+  plan.units_kept = kept_host.defined() ? kept_host.size(0) : plan.units;
+  plan.kept = kept_host.defined() ? kept_host.to(plan.device) : torch::Tensor();
+  stats->samples = plan.units_kept * (batch / plan.units);
+  stats->lag_dropped = batch - stats->samples;
+  stats->learning_rate *= static_cast<double>(plan.units_kept) / static_cast<double>(plan.units);
+  // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
+  plan.num_minibatches = std::min<int64_t>(config_.num_minibatches, plan.units_kept);
+  return plan;
+}
 
+PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& rollout, const Plan& plan, PpoStats* stats) {
+  const torch::Device device = plan.device;
   const Advantages gae = ComputeGae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
                                     config_.gamma, config_.gae_lambda);
   // Flatten T x N into one batch; detach so that the rollout never enters the graph.
   const auto flat = [&](const torch::Tensor& t) { return t.detach().flatten(0, 1).to(device); };
-  const torch::Tensor b_obs = flat(rollout.obs);
-  const torch::Tensor b_states = rollout.states.defined() ? flat(rollout.states) : torch::Tensor();
-  const torch::Tensor b_actions = flat(rollout.actions);
-  const torch::Tensor b_logp = flat(rollout.logp).to(torch::kFloat32);
-  const torch::Tensor b_values = flat(rollout.values).to(torch::kFloat32);
-  const torch::Tensor b_advantages = flat(gae.advantages);
-  const torch::Tensor b_returns = flat(gae.returns);
-  const PpoRows rows{b_obs, b_states, b_actions, b_logp, b_values, b_advantages, b_returns};
-  PpoChunks chunks;
-  if (recurrent) chunks = MakeChunks(rollout, gae, device);
+  Batch b;
+  b.rows = PpoRows{flat(rollout.obs),
+                   rollout.states.defined() ? flat(rollout.states) : torch::Tensor(),
+                   flat(rollout.actions),
+                   flat(rollout.logp).to(torch::kFloat32),
+                   flat(rollout.values).to(torch::kFloat32),
+                   flat(gae.advantages),
+                   flat(gae.returns)};
+  if (plan.recurrent) b.chunks = MakeChunks(rollout, gae, device);
 
   // V-trace: the advantages and targets of the policy as it is at the update's start (vtrace.h says why once), in
   // place of GAE's in the rows and the chunks, for every epoch and every update path.
   if (config_.advantage == "vtrace") {
     VtraceCorrection vtrace(rollout, config_);
     Advantages a;
-    if (recurrent) {
-      const auto [logp, value] = EvaluateChunks(*policy_, chunks, k, precision_);
-      a = vtrace.Compute(FromChunks(logp, steps), FromChunks(value, steps));
-      chunks.advantages.copy_(ToChunks(a.advantages, rollout.bptt, device));
-      chunks.returns.copy_(ToChunks(a.returns, rollout.bptt, device));
+    if (plan.recurrent) {
+      const auto [logp, value] = EvaluateChunks(*policy_, b.chunks, plan.k, precision_);
+      a = vtrace.Compute(FromChunks(logp, plan.steps), FromChunks(value, plan.steps));
+      b.chunks.advantages.copy_(ToChunks(a.advantages, rollout.bptt, device));
+      b.chunks.returns.copy_(ToChunks(a.returns, rollout.bptt, device));
     } else {
-      const auto [logp, value] = EvaluateRows(*policy_, rows, k, precision_);
-      a = vtrace.Compute(logp.view({steps, envs}), value.view({steps, envs}));
+      const auto [logp, value] = EvaluateRows(*policy_, b.rows, plan.k, precision_);
+      a = vtrace.Compute(logp.view({plan.steps, plan.envs}), value.view({plan.steps, plan.envs}));
     }
-    b_advantages.copy_(a.advantages.flatten());
-    b_returns.copy_(a.returns.flatten());  // the explained variance's targets too
+    b.rows.advantages.copy_(a.advantages.flatten());
+    b.rows.returns.copy_(a.returns.flatten());  // the explained variance's targets too
     const VtraceStats v = vtrace.stats();
-    stats.vtrace = true;
-    stats.vtrace_ratio = v.ratio_mean;
-    stats.vtrace_rho_clipped = v.rho_clipped;
-    stats.vtrace_c_clipped = v.c_clipped;
+    stats->vtrace = true;
+    stats->vtrace_ratio = v.ratio_mean;
+    stats->vtrace_rho_clipped = v.rho_clipped;
+    stats->vtrace_c_clipped = v.c_clipped;
   }
+  return b;
+}
 
-  if (fused_) {  // never with states (see the constructor)
-    PpoBatch batch_in{b_obs, b_actions, b_logp, b_values, b_advantages, b_returns};
-    if (kept.defined()) {  // rows (the fused update has k = 1): the kept ones alone
-      for (torch::Tensor* t : {&batch_in.obs, &batch_in.actions, &batch_in.logp, &batch_in.values,
-                               &batch_in.advantages, &batch_in.returns})
-        *t = t->index_select(0, kept);
-    }
-    fused_->Run(batch_in, generator_, *optimizer_, &stats, cancel);
-    stats.loss_scale = scaler_.scale();
-    SetValueFit(b_values, b_returns, &stats);
-    return stats;
+void PpoTrainer::RunFused(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
+  const PpoRows& rows = b.rows;
+  PpoBatch batch_in{rows.obs, rows.actions, rows.logp, rows.values, rows.advantages, rows.returns};
+  if (plan.kept.defined()) {  // rows (the fused update has k = 1): the kept ones alone
+    for (torch::Tensor* t : {&batch_in.obs, &batch_in.actions, &batch_in.logp, &batch_in.values,
+                             &batch_in.advantages, &batch_in.returns})
+      *t = t->index_select(0, plan.kept);
   }
+  fused_->Run(batch_in, generator_, *optimizer_, stats, cancel);
+}
 
-  // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
-  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, units_kept);
-  // A minibatch's permutation of units: on CUDA drawn on the device (LibTorch's default CUDA generator,
-  // seeded by torch::manual_seed): a host randperm of a large batch plus its copy cost more than the epoch.
-  const auto permutation = [&] {
-    if (!device.is_cuda()) return torch::randperm(units_kept, generator_, torch::kLong);
-    const auto generator_lock = LockCudaGenerator(device);  // the inference thread may be capturing
-    return torch::randperm(units_kept, torch::TensorOptions().dtype(torch::kLong).device(device));
-  };
-
+bool PpoTrainer::RunGraphed(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
   // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
-  if (!recurrent && !kept.defined() && use_graph_ && units % num_minibatches == 0 && GraphedPpoStep::HasOptimizerState(*optimizer_)) {
-    if (!graphed_)
-      graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), device.is_cuda());
-    const int64_t per_minibatch = units / num_minibatches;
-    graphed_->Begin(rows, k, per_minibatch, stats.learning_rate);
-    for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
-      const torch::Tensor perm = permutation();
-      for (int64_t mb = 0; mb < num_minibatches; ++mb) {
-        graphed_->Step(perm.slice(0, mb * per_minibatch, (mb + 1) * per_minibatch));
-        if (cancel && cancel->load(std::memory_order_relaxed)) {
-          stats.cancelled = true;
-          break;
-        }
+  if (plan.recurrent || plan.kept.defined() || !use_graph_ || plan.units % plan.num_minibatches != 0 ||
+      !GraphedPpoStep::HasOptimizerState(*optimizer_))
+    return false;
+  if (!graphed_)
+    graphed_ = std::make_unique<GraphedPpoStep>(policy_, config_, precision_, optimizer_.get(), plan.device.is_cuda());
+  const int64_t per_minibatch = plan.units / plan.num_minibatches;
+  graphed_->Begin(b.rows, plan.k, per_minibatch, stats->learning_rate);
+  for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
+    const torch::Tensor perm = Permutation(plan.units_kept, plan.device);
+    for (int64_t mb = 0; mb < plan.num_minibatches; ++mb) {
+      graphed_->Step(perm.slice(0, mb * per_minibatch, (mb + 1) * per_minibatch));
+      if (cancel && cancel->load(std::memory_order_relaxed)) {
+        stats->cancelled = true;
+        break;
       }
-      ++stats.epochs;
-      if (stats.cancelled) break;
-      if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
     }
-    const GraphedPpoStep::Sums sums = graphed_->End();
-    SetMeans(sums.stats / static_cast<double>(sums.steps), &stats);
-    stats.grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
-    stats.loss_scale = scaler_.scale();
-    SetValueFit(b_values, b_returns, &stats);
-    ++graphed_updates_;
-    return stats;
+    ++stats->epochs;
+    if (stats->cancelled) break;
+    if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
   }
+  const GraphedPpoStep::Sums sums = graphed_->End();
+  SetMeans(sums.stats / static_cast<double>(sums.steps), stats);
+  stats->grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
+  ++graphed_updates_;
+  return true;
+}
 
+void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
+  const torch::Device device = plan.device;
+  const std::vector<torch::Tensor> params = policy_->parameters();
   torch::Tensor stat_sums = torch::zeros({kNumStats}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  const torch::Tensor arange_k = torch::arange(k, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const torch::Tensor arange_k = torch::arange(plan.k, torch::TensorOptions().dtype(torch::kLong).device(device));
   double grad_norm_sum = 0;
   // On CUDA the grad norms add up on the device (no sync per minibatch); read once at the end.
   torch::Tensor grad_norm_device = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   int64_t minibatches_run = 0;
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
-    const torch::Tensor perm = permutation();
+    const torch::Tensor perm = Permutation(plan.units_kept, device);
     torch::Tensor last_approx_kl;
-    for (int64_t mb = 0; mb < num_minibatches; ++mb) {
-      const int64_t begin = mb * units_kept / num_minibatches;
-      const int64_t end = (mb + 1) * units_kept / num_minibatches;
+    for (int64_t mb = 0; mb < plan.num_minibatches; ++mb) {
+      const int64_t begin = mb * plan.units_kept / plan.num_minibatches;
+      const int64_t end = (mb + 1) * plan.units_kept / plan.num_minibatches;
       const torch::Tensor drawn = perm.slice(0, begin, end);
-      const torch::Tensor unit_idx = kept.defined() ? kept.index_select(0, drawn) : drawn;
-      const PpoLoss loss = recurrent
-                               ? ChunkMinibatchLoss(*policy_, chunks, unit_idx, k, arange_k, precision_, config_)
-                               : MinibatchLoss(*policy_, rows, unit_idx, k, arange_k, precision_, config_);
+      const torch::Tensor unit_idx = plan.kept.defined() ? plan.kept.index_select(0, drawn) : drawn;
+      const PpoLoss loss =
+          plan.recurrent ? ChunkMinibatchLoss(*policy_, b.chunks, unit_idx, plan.k, arange_k, precision_, config_)
+                         : MinibatchLoss(*policy_, b.rows, unit_idx, plan.k, arange_k, precision_, config_);
       // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
       optimizer_->zero_grad();
       scaler_.Scale(loss.total).backward();
@@ -496,7 +507,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
       if (scaler_.Step(*optimizer_)) {
         ++steps_run;
       } else {
-        ++stats.skipped_steps;
+        ++stats->skipped_steps;
       }
       scaler_.Update();
 
@@ -504,22 +515,44 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
       last_approx_kl = loss.approx_kl;
       ++minibatches_run;
       if (cancel && cancel->load(std::memory_order_relaxed)) {
-        stats.cancelled = true;
+        stats->cancelled = true;
         break;
       }
     }
-    ++stats.epochs;
-    if (stats.cancelled) break;
+    ++stats->epochs;
+    if (stats->cancelled) break;
     // As CleanRL: after each epoch, stop when the last minibatch's approx KL (measured just before its step,
     // so with the policy updated by the rest of the epoch) exceeds the target.
     if (config_.target_kl && last_approx_kl.item<double>() > *config_.target_kl) break;
   }
-
   if (device.is_cuda()) grad_norm_sum += grad_norm_device.item<double>();
-  SetMeans(stat_sums / static_cast<double>(minibatches_run), &stats);
-  stats.grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
+  SetMeans(stat_sums / static_cast<double>(minibatches_run), stats);
+  stats->grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
+}
+
+torch::Tensor PpoTrainer::Permutation(int64_t units, const torch::Device& device) {
+  // On CUDA drawn on the device (LibTorch's default CUDA generator, seeded by torch::manual_seed): a host
+  // randperm of a large batch plus its copy cost more than the epoch.
+  if (!device.is_cuda()) return torch::randperm(units, generator_, torch::kLong);
+  const auto generator_lock = LockCudaGenerator(device);  // the inference thread may be capturing
+  return torch::randperm(units, torch::TensorOptions().dtype(torch::kLong).device(device));
+}
+
+PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel) {
+  PpoStats stats;
+  const Plan plan = PlanUpdate(rollout, progress, &stats);
+  if (plan.units_kept == 0) return stats;  // every sample too old: nothing to train on
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
+  }
+  const Batch batch = Prepare(rollout, plan, &stats);
+  if (fused_) {  // never with states (see the constructor)
+    RunFused(batch, plan, &stats, cancel);
+  } else if (!RunGraphed(batch, plan, &stats, cancel)) {
+    RunMinibatches(batch, plan, &stats, cancel);
+  }
   stats.loss_scale = scaler_.scale();
-  SetValueFit(b_values, b_returns, &stats);
+  SetValueFit(batch.rows.values, batch.rows.returns, &stats);
   return stats;
 }
 

@@ -186,6 +186,19 @@ class PpoTrainer {
   int graph_captures() const;
 
  private:
+  // The update's phases, in order: Plan (the rollout checked, its units, the samples kept and the learning rate),
+  // Prepare (GAE or V-trace, the rows and chunks on the device), then one of the three ways to take the epochs.
+  struct Plan;
+  struct Batch;
+  Plan PlanUpdate(const Rollout& rollout, double progress, PpoStats* stats) const;
+  Batch Prepare(const Rollout& rollout, const Plan& plan, PpoStats* stats);
+  void RunFused(const Batch& batch, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel);
+  // Whether the graphed step can take this update (and then it has).
+  bool RunGraphed(const Batch& batch, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel);
+  void RunMinibatches(const Batch& batch, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel);
+  // One epoch's order of the units (the minibatch shuffling generator on the CPU).
+  torch::Tensor Permutation(int64_t units, const torch::Device& device);
+
   ActorCritic policy_;
   PpoConfig config_;
   Precision precision_;
