@@ -316,7 +316,6 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
     };
     if (!given("ppo.rollout_length")) out->ppo.rollout_length = kCoreDefaults.rollout_length;
     if (!given("ppo.lr")) out->ppo.lr = kCoreDefaults.lr;
-    if (!given("ppo.core_size")) out->ppo.core_size = kCoreDefaults.core_size;
   }
   return ValidateConfig(*out);
 }

@@ -274,7 +274,7 @@ struct PpoConfig {
   // rollout_length. critic_core: the critic has a core (and state) of its own, as MAPPO's; false: a feed-forward
   // critic. CUDA-graphed acting and the fused and graphed updates have no core (refused, or auto falls back).
   std::string core = "none";
-  int core_size = 128;
+  int core_size = 64;
   int bptt = 0;  // 0: the whole rollout (Sample Factory's default); else it must divide rollout_length
   bool critic_core = true;
   // How the cores' gate biases start: chrono (Tallec & Ollivier 2018: timescales drawn log-uniformly up to the
@@ -383,12 +383,11 @@ struct FarmConfig {
 
 // The defaults of a policy with a core (ppo.core gru or lstm), for each of these keys the config does not give:
 // chosen on the memory tasks (docs/PERFORMANCE.md, "Policies with memory: the defaults"). A longer rollout, so
-// that a chunk trained through (ppo.bptt: the whole rollout by default) spans long dependencies; a smaller core
-// and a larger learning rate than the MLP's.
+// that a chunk trained through (ppo.bptt: the whole rollout by default) spans long dependencies, and a larger
+// learning rate than the MLP's.
 struct CoreDefaults {
   int rollout_length = 128;
   double lr = 1e-3;
-  int core_size = 64;
 };
 inline constexpr CoreDefaults kCoreDefaults{};
 

@@ -185,7 +185,7 @@ TEST_CASE("a core brings its defaults for the keys the config does not give", "[
   REQUIRE(farm::LoadConfig("", {"ppo.core=gru"}, &core).ok());
   CHECK(core.ppo.rollout_length == farm::kCoreDefaults.rollout_length);
   CHECK(core.ppo.lr == farm::kCoreDefaults.lr);
-  CHECK(core.ppo.core_size == farm::kCoreDefaults.core_size);
+  CHECK(core.ppo.core_size == 64);
   CHECK(core.ppo.bptt == 0);
   CHECK(core.ppo.chunk_steps() == farm::kCoreDefaults.rollout_length);  // the whole rollout
   FarmConfig given;
@@ -193,7 +193,7 @@ TEST_CASE("a core brings its defaults for the keys the config does not give", "[
   CHECK(given.ppo.lr == 3e-4);
   CHECK(given.ppo.rollout_length == 64);
   CHECK(given.ppo.chunk_steps() == 16);
-  CHECK(given.ppo.core_size == farm::kCoreDefaults.core_size);
+  CHECK(given.ppo.core_size == 64);
   // A run's dumped config gives every key: read back, nothing changes.
   FarmConfig back;
   REQUIRE(farm::ParseConfig(farm::DumpConfig(given), "dump", &back).ok());
