@@ -1,6 +1,7 @@
 // The OpenBLAS kernel check and choice (learner/model/blas_kernel.h).
 #include "learner/model/blas_kernel.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -23,13 +24,12 @@
 #include <fstream>
 #include <sstream>
 
-// OpenBLAS's and any BLAS's functions, resolved at load time when the process has them, null otherwise.
+// OpenBLAS's functions, resolved at load time when the process has them, null otherwise. sgemm_ is looked up at
+// run time instead (LoadedSgemm): a CUDA LibTorch's own libraries reference it, and the link of a weak reference
+// that a library also needs then fails where that library's BLAS is not installed (the CUDA compile check).
 extern "C" char* openblas_get_corename(void) __attribute__((weak));
 extern "C" int openblas_get_num_threads(void) __attribute__((weak));
 extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
-extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                       const float* beta, float* c, const int* ldc) __attribute__((weak));
 
 extern char** environ;
 
@@ -122,9 +122,10 @@ std::string SignalName(int sig) {
 void RunProbeAndExit() {
   alarm(kProbeTimeoutSeconds);
   std::string kernel = openblas_get_corename != nullptr ? openblas_get_corename() : "";
-  std::string check = sgemm_ != nullptr ? CheckSgemm(sgemm_) : "no sgemm_ in this process";
+  const SgemmFn sgemm = LoadedSgemm();
+  std::string check = sgemm != nullptr ? CheckSgemm(sgemm) : "no sgemm_ in this process";
   double gflops = 0;
-  if (check.empty()) WithOneBlasThread([&] { gflops = TimeSgemm(sgemm_, kTimedSize); });
+  if (check.empty()) WithOneBlasThread([&] { gflops = TimeSgemm(sgemm, kTimedSize); });
   std::replace(check.begin(), check.end(), '\n', ' ');
   std::printf("kernel %s\ncheck %s\ngflops %.6g\n", kernel.c_str(), check.empty() ? "ok" : check.c_str(), gflops);
   std::fflush(stdout);
@@ -162,19 +163,20 @@ std::string ChildFailure(pid_t pid) {
 // The loaded kernel's products checked in a forked copy of this process (one thread), so that a kernel that
 // crashes (AVX-512 code on a CPU without it: SIGILL) ends only the copy. Empty when right.
 std::string CheckLoadedKernel() {
+  const SgemmFn sgemm = LoadedSgemm();
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return CheckSgemm(sgemm_);
+  if (pipe2(fds, O_CLOEXEC) != 0) return CheckSgemm(sgemm);
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
-    return CheckSgemm(sgemm_);
+    return CheckSgemm(sgemm);
   }
   if (pid == 0) {
     close(fds[0]);
     alarm(kProbeTimeoutSeconds);
     if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
-    const std::string result = CheckSgemm(sgemm_);
+    const std::string result = CheckSgemm(sgemm);
     const ssize_t written = write(fds[1], result.data(), result.size());
     _exit(written == static_cast<ssize_t>(result.size()) ? 0 : 1);
   }
@@ -260,7 +262,10 @@ KernelProbe ProbeKernelInChild(const std::string& kernel) {
   return p;
 }
 
-SgemmFn LoadedSgemm() { return sgemm_; }
+SgemmFn LoadedSgemm() {
+  static const SgemmFn sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  return sgemm;
+}
 
 CpuFeatures ReadCpuFeatures() {
   CpuFeatures cpu;
@@ -512,7 +517,7 @@ namespace {
 std::string decision;  // written once, in main before any thread starts
 
 BlasKernelStart Decide(char** argv) {
-  if (openblas_get_corename == nullptr || sgemm_ == nullptr)
+  if (openblas_get_corename == nullptr || LoadedSgemm() == nullptr)
     return {fmt::format("BLAS: {}, not OpenBLAS: its kernels are left as they are", LoadedBlasInfo().library)};
   const std::string loaded = openblas_get_corename();
   const char* coretype = Env(kCoreType);
@@ -542,7 +547,7 @@ BlasKernelStart Decide(char** argv) {
     return {fmt::format("BLAS: OpenBLAS kernel {}: {}", loaded, plan.reason)};
   }
   double loaded_gflops = 0;
-  if (check.empty()) WithOneBlasThread([&] { loaded_gflops = TimeSgemm(sgemm_, kTimedSize); });
+  if (check.empty()) WithOneBlasThread([&] { loaded_gflops = TimeSgemm(LoadedSgemm(), kTimedSize); });
   const BlasKernelChoice choice = ChooseBlasKernel(plan, loaded, loaded_gflops, ProbeKernelInChild);
   if (choice.kernel.empty()) return {choice.message, !check.empty()};
   // The choice travels in the environment: the new process finds it and does not probe again; so do the processes
