@@ -171,6 +171,15 @@ struct LearnerConfig {
   // update and activations are checked against the GPU's free memory instead. At most 2^40 MiB (1 EiB).
   int64_t memory_budget_mb = 0;
   static constexpr double kMaxMemoryBudgetMb = 1099511627776.0;
+  // Several learner ranks (data-parallel, DD-PPO: started by torchrun, srun or `scripts/farm train --learners K`;
+  // docs/OPERATIONS.md "Several GPUs and machines"). dist_backend: the collectives' engine: auto (NCCL for CUDA
+  // where the LibTorch build has it, Gloo otherwise) | gloo | nccl. collective_timeout_s: the rendezvous and each
+  // collective wait at most this long for the other ranks (a rank that died or hung stops the others in order
+  // after it). rank_check_every: the ranks compare a checksum of their parameters every this many updates (0:
+  // never); a difference stops the run naming the update.
+  std::string dist_backend = "auto";
+  double collective_timeout_s = 300;
+  int rank_check_every = 10;
 
   template <class V> void visit(V& v) {
     v("device", device);
@@ -193,6 +202,9 @@ struct LearnerConfig {
     v("min_workers", min_workers, Rule::AtLeast(1));
     v("stall_warn_s", stall_warn_s, Rule::Positive());
     v("memory_budget_mb", memory_budget_mb, Rule::Between(-1, kMaxMemoryBudgetMb));
+    v("dist_backend", dist_backend, Rule::OneOf({"auto", "gloo", "nccl"}));
+    v("collective_timeout_s", collective_timeout_s, Rule::Positive());
+    v("rank_check_every", rank_check_every, Rule::AtLeast(0));
   }
 };
 
@@ -363,6 +375,12 @@ struct FarmConfig {
   std::string source_dir;
   bool in_run_dir = false;
   std::vector<std::string> given;
+  // Not a key: where learner.resume finds the checkpoints (the other ranks resume from rank 0's run directory);
+  // empty: run_dir/checkpoints. ResumeCheckpoints() says which.
+  std::string resume_checkpoints;
+  std::string ResumeCheckpoints() const {
+    return resume_checkpoints.empty() ? run_dir + "/checkpoints" : resume_checkpoints;
+  }
 
   template <class V> void visit(V& v) {
     v("name", name);

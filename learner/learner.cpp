@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 
 namespace farm {
@@ -42,6 +43,50 @@ std::string PreviousLearnerBind(const FarmConfig& config) {
   return bind.substr(0, bind.size() - 1) + previous.substr(previous.rfind(':') + 1);
 }
 
+// torchrun's or Slurm's environment (learner/train/rank_group.h): with more than one rank, the rendezvous, and this
+// rank's device (cuda:LOCAL_RANK for a CUDA learner.device without an index), port (a fixed transport.bind port
+// plus LOCAL_RANK) and run directory (rank 0's; the other ranks write their logs under its ranks/rankR).
+Status JoinRanks(FarmConfig* config, std::shared_ptr<RankGroup>* out) {
+  RankPlace place;
+  if (auto s = ReadRankPlace(&place); !s.ok()) return Status::InvalidArgument("learner ranks: " + s.message());
+  if (place.world_size <= 1) return Status::Ok();
+  torch::Device device{torch::kCPU};
+  if (auto s = ResolveDevice(config->learner.device, &device); !s.ok()) return s;
+  if (device.is_cuda() && config->learner.device.find(':') == std::string::npos) {
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(place.local_rank));
+    config->learner.device = device.str();
+  }
+  const std::string& bind = config->transport.bind;
+  const size_t colon = bind.rfind(':');
+  if (colon != std::string::npos && bind.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+      colon + 1 < bind.size())
+    config->transport.bind = bind.substr(0, colon + 1) + std::to_string(std::stoi(bind.substr(colon + 1)) + place.local_rank);
+  RankGroupOptions options;
+  options.backend = config->learner.dist_backend;
+  options.timeout_s = config->learner.collective_timeout_s;
+  options.device = device;
+  spdlog::info("rank {} of {} ({}'s environment): rendezvous at {}:{}, device {}", place.rank, place.world_size,
+               place.source, place.master_addr, place.master_port, device.str());
+  std::unique_ptr<RankGroup> group;
+  if (auto s = RankGroup::Create(place, options, &group); !s.ok()) return s;
+  spdlog::info("rank {} of {}: every rank joined; collectives over {}", place.rank, place.world_size, group->backend());
+  std::shared_ptr<RankGroup> shared(std::move(group));
+  if (place.rank > 0) {
+    std::string root;
+    try {
+      root = shared->ShareFromRankZero("run_dir", "");
+    } catch (const RankError& e) {
+      return Status::IoError(std::string("waiting for rank 0's run directory: ") + e.what());
+    }
+    if (root.empty()) return Status::InvalidArgument("rank 0 could not start (its log says why); neither can this rank");
+    // Rank 0's checkpoints are the run's: --resume loads them on every rank.
+    config->resume_checkpoints = root + "/checkpoints";
+    config->run_dir = root + "/ranks/rank" + std::to_string(place.rank);
+  }
+  *out = std::move(shared);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Learner::Learner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -57,6 +102,7 @@ Learner::~Learner() {
 
 const std::string& Learner::endpoint() const { return impl_->endpoint; }
 const std::string& Learner::run_dir() const { return impl_->run_dir->path(); }
+int Learner::rank() const { return impl_->ranks.group ? impl_->ranks.group->rank() : 0; }
 
 void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
 
@@ -86,8 +132,25 @@ Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) 
   // absolute: this run's config.yaml records where each was found (common/config_files.h).
   FarmConfig resolved = config;
   if (auto s = ResolveLearnerFiles(&resolved, kActorEncoderScriptFile, kCriticEncoderScriptFile); !s.ok()) return s;
+  // Several ranks (torchrun's or Slurm's environment): the rendezvous first, then each rank's own device, port and
+  // run directory (rank 0's; the others' under it).
+  std::shared_ptr<RankGroup> group;
+  if (auto s = JoinRanks(&resolved, &group); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(resolved);
-  if (auto s = impl->Init(); !s.ok()) return s;
+  impl->ranks.group = group;
+  Status init = impl->Init();
+  if (group && group->rank() == 0) {
+    // The other ranks wait for rank 0's run directory (empty: rank 0 could not start, and neither can they).
+    std::error_code ec;
+    const std::string shared =
+        init.ok() ? std::filesystem::absolute(impl->run_dir->path(), ec).lexically_normal().string() : std::string();
+    try {
+      group->ShareFromRankZero("run_dir", shared);
+    } catch (const RankError& e) {
+      if (init.ok()) init = Status::IoError(e.what());
+    }
+  }
+  if (!init.ok()) return init;
   std::unique_ptr<Learner> learner(new Learner(std::move(impl)));
   learner->impl_->router->Start();
   *out = std::move(learner);
@@ -190,7 +253,7 @@ Status Learner::Impl::Init() {
     std::string path;
     TrainingCounters counters;
     RunState state;
-    Status s = FindLatestValidCheckpoint(run_dir->checkpoints(), &path, nullptr);
+    Status s = FindLatestValidCheckpoint(config.ResumeCheckpoints(), &path, nullptr);
     if (s.ok()) s = ReadCheckpointProgress(path, &counters, &state);
     if (!s.ok()) return Status::InvalidArgument("learner.resume: " + s.message());
     RestoreProgress(counters, state);
@@ -248,18 +311,22 @@ void Learner::Impl::FailServing(const std::string& what) {
 
 void Learner::Impl::CheckStop() {
   if (outcome.stopping) return;
-  if (stats.env_steps >= config.total_env_steps) {
+  // Ranks: total_env_steps counts every rank's steps; the ranks check it together before each update.
+  if (!ranks.group && stats.env_steps >= config.total_env_steps) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached total_env_steps ({})", config.total_env_steps);
   } else if (config.stop_at_target && stats.solved_at_steps) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached target_return ({})", *config.target_return);
+    ranks.stop_bits = kRankStopTarget;
   } else if (eval && eval->done()) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("evaluated learner.eval_episodes ({})", eval->episodes());
+    ranks.stop_bits = kRankStopEval;
   } else if (config.max_wall_seconds > 0 && stats.ProcessWall() >= config.max_wall_seconds) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
+    ranks.stop_bits = kRankStopWall;
   } else if (stop_request.requested.load()) {
     // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch).
     outcome.stopping = true;
@@ -283,9 +350,20 @@ RunStats::Outside Learner::Impl::Outside() const {
 }
 
 void Learner::Impl::ShowProgress(bool force) {
+  if (ranks.group && ranks.group->rank() > 0) return;  // rank 0 shows the run's line; the others log only
   const auto now = Clock::now();
   if (!force && Seconds(now - reporting.last_progress) < config.learner.progress_interval_s) return;
   std::string line = stats.StatusLine(Outside(), now);
+  if (ranks.group && !ranks.last.ranks.empty()) {
+    // The run's steps over every rank as of their last agreement, and the all-reduce's share of the last update.
+    double allreduce = 0, update = 0;
+    for (const RankFigures& f : ranks.last.ranks) {
+      allreduce += f.allreduce_seconds;
+      update += f.update_seconds;
+    }
+    line += fmt::format(" | {} ranks: {:.0f} steps, all-reduce {:.0f}% of the update", ranks.last.ranks.size(),
+                        ranks.last.env_steps, update > 0 ? 100.0 * allreduce / update : 0.0);
+  }
   // A checkpoint write that is taking long (a slow disk): shown while it lasts; updates and serving go on.
   if (const double behind = trainer ? trainer->checkpoint_write_seconds() : 0; behind >= 1.0)
     line += fmt::format(" | checkpoint write {:.0f} s", behind);
@@ -327,6 +405,29 @@ nlohmann::json Learner::Impl::Summary() const {
   const BlasInfo blas = LoadedBlasInfo();
   s["blas"] = {{"library", blas.library}, {"kernel", blas.kernel}};
   s["start_unix"] = reporting.start_unix;
+  s["world_size"] = ranks.group ? ranks.group->size() : 1;
+  // Observations in the normaliser's statistics (env.normalize_obs): with ranks, every rank's as of their last
+  // exchange plus this rank's since.
+  if (normalizer.options().obs) s["normalizer_observations"] = normalizer.obs_count();
+  if (ranks.group) {
+    // The run's totals and every rank's figures as of the ranks' last agreement (this rank's own are above).
+    s["rank"] = ranks.group->rank();
+    s["dist_backend"] = ranks.group->backend();
+    s["env_steps_all_ranks"] = ranks.last.env_steps;
+    nlohmann::json per = nlohmann::json::array();
+    for (size_t r = 0; r < ranks.last.ranks.size(); ++r) {
+      const RankFigures& f = ranks.last.ranks[r];
+      per.push_back({{"rank", r},
+                     {"env_steps", f.env_steps},
+                     {"sps", f.env_steps_per_s},
+                     {"workers", f.workers},
+                     {"last_update_seconds", f.update_seconds},
+                     {"allreduce_seconds", f.allreduce_seconds},
+                     {"allreduce_bytes", f.allreduce_bytes},
+                     {"checksum", f.checksum}});
+    }
+    s["ranks"] = per;
+  }
   return s;
 }
 
@@ -370,7 +471,15 @@ Status Learner::Run(nlohmann::json* summary) {
       m.FailServing(ErrorText(e));
     }
     m.inference.End();
-    if (m.outcome.stopping && !m.trainer_busy()) break;
+    if (m.outcome.stopping && !m.trainer_busy()) {
+      // Ranks: this rank's stop reaches the others through one last agreement (they stop at their next one).
+      if (m.NeedsFinalVote() && !m.ranks.vote_pending) {
+        spdlog::info("stopping ({}): telling the other ranks", m.outcome.stop_reason);
+        m.SubmitVote();
+        continue;
+      }
+      break;
+    }
     // Stopping with an update in flight: it is cut short after its current minibatch step, so that the final
     // checkpoint and summary come within the launcher's grace period however long updates are.
     if (m.outcome.stopping && !cancelled) {
@@ -398,6 +507,8 @@ Status Learner::Run(nlohmann::json* summary) {
     if (o.update_failed) {
       spdlog::error("no final checkpoint: the last update {}; the newest checkpoint is the last good one",
                     o.update_error.empty() ? "diverged" : "failed (" + o.update_error + ")");
+    } else if (m.trainer && o.start_failure.ok() && !m.writes_checkpoints()) {
+      spdlog::info("no final checkpoint from rank {}: rank 0 writes the run's checkpoints", m.ranks.group->rank());
     } else if (m.trainer && o.start_failure.ok()) {
       const TrainingCounters c{m.stats.env_steps, m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
                                m.stats.Wall()};
@@ -437,6 +548,7 @@ Status Learner::Run(nlohmann::json* summary) {
                                                                 ? " (see metrics.jsonl; lower ppo.lr?)"
                                                                 : " (the previous checkpoints are kept)"));
   if (!m.outcome.serve_failure.ok()) return m.outcome.serve_failure;
+  if (!m.outcome.rank_failure.ok()) return m.outcome.rank_failure;
   // Stopped for want of checkpoints, or the final one failed: the run's state is not all on disk; say so in the
   // exit status too (summary.json, written above, has checkpoints_failed).
   const int limit = m.config.learner.max_failed_checkpoints;

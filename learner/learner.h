@@ -38,6 +38,8 @@ class Learner {
 
   const std::string& endpoint() const;
   const std::string& run_dir() const;
+  // This learner's rank among several (torchrun's or Slurm's environment; learner/train/rank_group.h); 0 alone.
+  int rank() const;
 
   // Serves and trains until total_env_steps, the target (when
   // stop_at_target), or RequestStop(); then checkpoints, tells the workers

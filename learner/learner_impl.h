@@ -48,6 +48,9 @@
 #include "learner/serve/work.h"
 #include "learner/serve/worker_registry.h"
 #include "learner/train/critic_watch.h"
+#include "learner/train/gradient_reducer.h"
+#include "learner/train/rank_agreement.h"
+#include "learner/train/rank_group.h"
 #include "learner/train/trainer_thread.h"
 
 namespace farm {
@@ -78,6 +81,21 @@ struct Outcome {
   // An exception escaped the serving of a batch (a LibTorch or CUDA error, say): the run stops, with its final
   // checkpoint (the trainer's policy is not touched by serving), and Run returns this.
   Status serve_failure;
+  // Ranks: a collective failed (another rank died or hung): the run stops, rank 0 with its final checkpoint, and
+  // Run returns this.
+  Status rank_failure;
+};
+
+// Ranks (learner/train/rank_group.h): this learner's group and what the ranks last agreed (inference thread; the
+// group itself is the trainer thread's once the run is built).
+struct RankState {
+  std::shared_ptr<RankGroup> group;  // null: a single learner
+  RankAgreement last;                // the last agreement (rank 0 reports every rank's figures from it)
+  bool agreed_stop = false;          // the ranks agreed to stop: no collective follows
+  bool vote_pending = false;         // a vote-only job is with the trainer
+  ReducerTraffic last_traffic;       // the collectives of the last job
+  int64_t last_checksum = 0;         // this rank's parameter checksum at the last check
+  int stop_bits = kRankStopNone;     // why this rank stops, for its vote (a stop request when none is set)
 };
 
 // The update in flight and how updates run (inference thread).
@@ -171,6 +189,16 @@ struct Learner::Impl {
   RunStats::Outside Outside() const;
   nlohmann::json Summary() const;
   bool trainer_busy() const { return trainer && trainer->busy(); }
+  // Ranks: only rank 0 writes checkpoints; every rank must take part in one last agreement before it leaves
+  // (unless the ranks already agreed to stop, or a collective failed).
+  bool writes_checkpoints() const { return !ranks.group || ranks.group->rank() == 0; }
+  bool NeedsFinalVote() const {
+    return ranks.group && trainer && !ranks.agreed_stop && outcome.rank_failure.ok();
+  }
+  void SubmitVote();
+  void TakeNormalizerForRanks(TrainJob* job);
+  bool OnAgreement(const TrainResult& r);
+  RankFigures Figures(int stop_bits) const;
   // Any thread.
   void RequestStop(const std::string& reason);
   std::string RequestedStopReason();
@@ -200,6 +228,7 @@ struct Learner::Impl {
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;
+  RankState ranks;
   std::unique_ptr<EvalEpisodes> eval;  // learner.eval_episodes > 0: the evaluation's episodes
   std::optional<MemoryBudget> memory_budget;  // resolved at the first Hello (learner.memory_budget_mb)
   std::optional<MemoryBudget> gpu_budget;     // on CUDA: the device's free memory at the first Hello

@@ -101,6 +101,16 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                : s.message());
     return false;
   }
+  if (ranks.group) {
+    // One rank of several: every minibatch's gradient is averaged over the ranks (learner/train/ppo.h SetReducer).
+    try {
+      parts.trainer->SetReducer(std::make_shared<GradientReducer>(ranks.group, config.learner.rank_check_every));
+    } catch (const std::invalid_argument& e) {
+      FailStart(e.what());
+      refuse(e.what());
+      return false;
+    }
+  }
   const RunSpec spec = parts.spec;
   const bool use_state = parts.options.global_state.has_value();
   const int64_t core_numel = recording && parts.options.core != CoreKind::kNone ? parts.acting->core_state_size() : 0;

@@ -277,10 +277,16 @@ void Learner::Impl::MaybeHandOff() {
   // The schedule's progress when this rollout began (CleanRL: frac = 1 - (update - 1) / updates): the first update
   // runs at the full learning rate and the last one at lr / updates, not at 0.
   job.progress = std::min(1.0, static_cast<double>(update.handoff_env_steps) / static_cast<double>(config.total_env_steps));
+  // Ranks: the trainer takes the schedule's progress from every rank's (the agreement), the same on all of them.
+  if (ranks.group) {
+    job.figures = Figures(kRankStopNone);
+    job.figures.handoff_env_steps = static_cast<double>(update.handoff_env_steps);
+    TakeNormalizerForRanks(&job);
+  }
   update.handoff_env_steps = stats.env_steps;
   job.version = stats.version;
-  job.checkpoint =
-      config.learner.checkpoint_every > 0 && (stats.updates + 1) % config.learner.checkpoint_every == 0;
+  job.checkpoint = writes_checkpoints() && config.learner.checkpoint_every > 0 &&
+                   (stats.updates + 1) % config.learner.checkpoint_every == 0;
   job.counters =
       TrainingCounters{stats.env_steps, stats.updates + 1, stats.version + 1, stats.window.total_episodes(), stats.Wall()};
   if (job.checkpoint) job.state = CaptureRunState();
@@ -296,7 +302,75 @@ void Learner::Impl::ReleaseParked() {
     if (!batcher.PushFront(std::move(*it)).ok()) break;
 }
 
+RankFigures Learner::Impl::Figures(int stop_bits) const {
+  RankFigures f;
+  f.env_steps = static_cast<double>(stats.env_steps);
+  f.handoff_env_steps = static_cast<double>(update.handoff_env_steps);
+  f.workers = static_cast<double>(registry.size());
+  const double wall = stats.Wall();
+  f.env_steps_per_s = wall > 0 ? static_cast<double>(stats.env_steps) / wall : 0.0;
+  f.update_seconds = stats.last_update_seconds;
+  f.allreduce_seconds = ranks.last_traffic.seconds;
+  f.allreduce_bytes = static_cast<double>(ranks.last_traffic.bytes);
+  f.checksum = static_cast<double>(ranks.last_checksum & ((int64_t{1} << 48) - 1));
+  f.stop = stop_bits;
+  return f;
+}
+
+void Learner::Impl::TakeNormalizerForRanks(TrainJob* job) {
+  normalizer.TakeForRanks(&job->norm_obs, &job->norm_ret);
+  job->norm_obs_dim = normalizer.obs_dim();
+  job->norm_ret_dim = normalizer.ret_dim();
+}
+
+void Learner::Impl::SubmitVote() {
+  TrainJob job;
+  job.vote_only = true;
+  job.figures = Figures(!outcome.serve_failure.ok() || outcome.update_failed ? kRankStopFailed
+                        : ranks.stop_bits != kRankStopNone                   ? ranks.stop_bits
+                                                                             : kRankStopRequested);
+  job.version = stats.version;
+  TakeNormalizerForRanks(&job);
+  ranks.vote_pending = true;
+  update.submitted_at = Clock::now();
+  trainer->Submit(std::move(job));
+}
+
+// Ranks: what the agreement before a job said. Returns whether the job's update ran.
+bool Learner::Impl::OnAgreement(const TrainResult& r) {
+  ranks.vote_pending = false;
+  ranks.last_traffic = r.traffic;
+  ranks.last_checksum = r.checksum;
+  if (r.agreed) {
+    ranks.last = r.agreement;
+    normalizer.ApplyRanks(r.norm_obs, r.norm_ret);
+  }
+  if (r.rank_failed) {
+    spdlog::error("{}", r.error);
+    if (outcome.rank_failure.ok()) outcome.rank_failure = Status::IoError(r.error);
+    if (!outcome.stopping) outcome.stop_reason = r.error;
+    outcome.stopping = true;
+  } else if (!r.agreed_stop.empty()) {
+    ranks.agreed_stop = true;
+    if (!outcome.stopping) {
+      outcome.stopping = true;
+      outcome.stop_reason = r.agreed_stop;
+    }
+  } else if (r.cancelled && !outcome.stopping) {
+    // Another rank's stop cut the update short on every rank: this one stops with them.
+    outcome.stopping = true;
+    outcome.stop_reason = "another rank is stopping (it cut the update short)";
+  }
+  return r.updated;
+}
+
 void Learner::Impl::OnTrainerDone(const TrainResult& r) {
+  if (ranks.group && !OnAgreement(r)) {
+    // A vote, or an update the ranks skipped to stop: nothing trained.
+    trainer->Done();
+    if (config.mode == "sync") ReleaseParked();
+    return;
+  }
   trainer->Done();
   ++stats.updates;
   stats.update_seconds_total += r.update_seconds;

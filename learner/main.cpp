@@ -139,6 +139,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "farm-learner: {}\n", s.ToString());
     return 1;
   }
-  fmt::print("{}\n", summary.dump());
+  if (learner->rank() == 0) fmt::print("{}\n", summary.dump());  // the run's; the other ranks' are in their logs
   return 0;
 }

@@ -125,7 +125,7 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   if (config.learner.resume) {
     RunParts::Resumed r;
     std::vector<std::string> skipped;
-    Status s = FindLatestValidCheckpoint(config.run_dir + "/checkpoints", &r.path, &skipped);
+    Status s = FindLatestValidCheckpoint(config.ResumeCheckpoints(), &r.path, &skipped);
     for (const auto& why : skipped) spdlog::warn("resume: skipping {}; using an older checkpoint", why);
     if (s.ok())
       s = LoadCheckpoint(r.path, out->training, &out->trainer->optimizer(), &r.counters, &out->trainer->scaler(),

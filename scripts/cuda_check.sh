@@ -52,7 +52,8 @@ START=$(date +%s)
 # Compile and link: LibTorch 2.6 and CUDA 12.4 headers and libraries (nvidia-cuda-dev depends on libcu++-dev,
 # libcub-dev and libthrust-dev: the CUDA headers may include them). The Depends closure of libtorch-cuda-2.6 and
 # libcudart12 comes in for the symbol check.
-HEADER_PACKAGES=(libtorch-cuda-dev libtorch-cuda-2.6 nvidia-cuda-dev libcudart12 libcu++-dev libcub-dev libthrust-dev)
+HEADER_PACKAGES=(libtorch-cuda-dev libtorch-cuda-2.6 nvidia-cuda-dev libcudart12 libcu++-dev libcub-dev libthrust-dev
+                 libnccl-dev libgloo-cuda-dev)
 CLOSURE_ROOTS=(libtorch-cuda-2.6 libcudart12)
 # Left out: nvidia-cudnn is an installer (it fetches cuDNN from NVIDIA when installed; Debian ships no libcudnn),
 # libcuda1 is the driver's library (LibTorch opens it at run time; no library links it).

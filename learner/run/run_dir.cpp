@@ -61,7 +61,7 @@ Status RunDir::CheckUsable(const FarmConfig& config) {
     // Checked now rather than at the first worker's Hello: a run that cannot resume should not start.
     std::string latest;
     std::vector<std::string> skipped;
-    if (auto s = FindLatestValidCheckpoint(dir + "/checkpoints", &latest, &skipped); !s.ok())
+    if (auto s = FindLatestValidCheckpoint(config.ResumeCheckpoints(), &latest, &skipped); !s.ok())
       return Status::NotFound(fmt::format("learner.resume: nothing to resume in run_dir '{}': {}{}", dir, s.message(),
                                           skipped.empty() ? "" : " (" + skipped.front() + ")"));
   } else if (!dir.empty()) {

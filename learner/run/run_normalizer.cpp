@@ -12,6 +12,31 @@ RunNormalizer::RunNormalizer(const FarmConfig& config, bool recording)
 void RunNormalizer::Reset(int64_t obs_numel) {
   obs_.Reset(options_.obs ? obs_numel : 0);
   ret_.Reset(options_.reward ? 1 : 0);
+  Rebase();
+}
+
+void RunNormalizer::Rebase() {
+  agreed_obs_ = obs_;
+  agreed_ret_ = ret_;
+  local_obs_.Reset(obs_.dim());
+  local_ret_.Reset(ret_.dim());
+}
+
+void RunNormalizer::TakeForRanks(RunningMoments* obs, RunningMoments* ret) {
+  *obs = local_obs_;
+  *ret = local_ret_;
+  local_obs_.Reset(obs_.dim());
+  local_ret_.Reset(ret_.dim());
+}
+
+void RunNormalizer::ApplyRanks(const RunningMoments& obs, const RunningMoments& ret) {
+  if (!recording_) return;
+  agreed_obs_.Merge(obs);
+  agreed_ret_.Merge(ret);
+  obs_ = agreed_obs_;
+  obs_.Merge(local_obs_);
+  ret_ = agreed_ret_;
+  ret_.Merge(local_ret_);
 }
 
 Status RunNormalizer::InitFrom(const FarmConfig& saved, const std::string& checkpoint) {
@@ -33,6 +58,7 @@ Status RunNormalizer::InitFrom(const FarmConfig& saved, const std::string& check
     obs_ = std::move(obs);
   }
   if (options_.reward && ret.dim() == 1) ret_ = std::move(ret);
+  Rebase();
   spdlog::info("normaliser statistics from {}: {} observations, {} returns{}", checkpoint, obs_.count(), ret_.count(),
                recording_ ? "" : " (frozen)");
   return Status::Ok();
@@ -47,6 +73,8 @@ Status RunNormalizer::Merge(const wire::NormalizerStats& delta) {
   if (!recording_) return Status::Ok();  // frozen: serving a trained policy's statistics as they are
   obs_.Merge(obs);
   ret_.Merge(ret);
+  local_obs_.Merge(obs);
+  local_ret_.Merge(ret);
   return Status::Ok();
 }
 
@@ -70,6 +98,7 @@ void RunNormalizer::Restore(const RunState& state, const std::string& path) {
   const bool ret_ok = !options_.reward || state.normalizer_ret.dim() == ret_.dim();
   if (obs_ok && options_.obs) obs_ = state.normalizer_obs;
   if (ret_ok && options_.reward) ret_ = state.normalizer_ret;
+  Rebase();
   if (!obs_ok || !ret_ok)
     spdlog::warn("resume: {} holds no {} statistics (its run did not normalise them); they start afresh", path,
                  !obs_ok ? "observation" : "return");

@@ -41,11 +41,26 @@ class RunNormalizer {
   // Into a checkpoint's run state.
   void Capture(RunState* state) const;
 
+  // Learner ranks (learner/train/rank_agreement.h): the run's statistics are the ranks' agreed ones plus each
+  // rank's own deltas since the last exchange. TakeForRanks hands those deltas (merged since the last take) to an
+  // exchange; ApplyRanks adds every rank's deltas of that exchange (merged across the ranks, the same on each) to
+  // the agreed statistics, and serves them with this rank's deltas since the take.
+  void TakeForRanks(RunningMoments* obs, RunningMoments* ret);
+  void ApplyRanks(const RunningMoments& obs, const RunningMoments& ret);
+  int64_t obs_dim() const { return obs_.dim(); }
+  int64_t obs_count() const { return obs_.count(); }  // observations in the statistics served
+  int64_t ret_dim() const { return ret_.dim(); }
+
  private:
+  // The statistics as they are now become the agreed ones, with no delta of this rank's own.
+  void Rebase();
+
   const FarmConfig config_;
   const NormalizerOptions options_;
   const bool recording_;
-  RunningMoments obs_, ret_;
+  RunningMoments obs_, ret_;                  // served: agreed + local
+  RunningMoments agreed_obs_, agreed_ret_;    // ranks: the run's, as of the last exchange
+  RunningMoments local_obs_, local_ret_;      // ranks: this rank's workers' deltas since the last take
 };
 
 }  // namespace farm

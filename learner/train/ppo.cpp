@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "learner/model/cuda_graph.h"
+#include "learner/train/gradient_reducer.h"
 #include "learner/train/ppo_chunks.h"
 #include "learner/train/ppo_fused.h"
 #include "learner/train/ppo_graph.h"
@@ -256,6 +257,23 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
 
 int PpoTrainer::graph_captures() const { return graphed_ ? graphed_->captures() : 0; }
 
+void PpoTrainer::SetReducer(std::shared_ptr<GradientReducer> reducer) {
+  if (fused_) {
+    if (config_.fused_update == "on")
+      throw std::invalid_argument("PpoTrainer: ppo.fused_update is on, but the fused update does not take ranks "
+                                  "(learner ranks > 1); set ppo.fused_update to auto or off");
+    spdlog::info("ppo.fused_update=auto: the LibTorch update, since the fused update does not take ranks");
+    fused_.reset();
+  }
+  if (config_.graph_update == "on")
+    throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but the graphed step does not take ranks "
+                                "(learner ranks > 1); set ppo.graph_update to auto or off");
+  use_graph_ = false;
+  graphed_.reset();
+  reducer_ = std::move(reducer);
+  synced_ = false;
+}
+
 PpoTrainer::~PpoTrainer() = default;
 
 torch::Tensor UnitRows(const torch::Tensor& unit_idx, int64_t k, const torch::Tensor& arange_k) {
@@ -339,6 +357,7 @@ struct PpoTrainer::Plan {
 struct PpoTrainer::Batch {
   PpoRows rows;
   PpoChunks chunks;
+  bool advantages_normalised = false;  // over every rank's rollout (ranks): the minibatches do not normalise again
 };
 
 PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress, PpoStats* stats) const {
@@ -385,6 +404,16 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
   plan.kept = kept_host.defined() ? kept_host.to(plan.device) : torch::Tensor();
   stats->samples = plan.units_kept * (batch / plan.units);
   stats->lag_dropped = batch - stats->samples;
+  if (reducer_) {
+    // Ranks: the share kept over every rank's samples, and the same number of minibatches on every rank (a rank
+    // with fewer units than minibatches takes empty ones: its gradient counts for nothing in them).
+    const int64_t rows_per_unit = batch / plan.units;
+    const std::vector<double> sums = reducer_->Sum(
+        {static_cast<double>(plan.units_kept * rows_per_unit), static_cast<double>(batch)});
+    stats->learning_rate *= sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    plan.num_minibatches = config_.num_minibatches;
+    return plan;
+  }
   stats->learning_rate *= static_cast<double>(plan.units_kept) / static_cast<double>(plan.units);
   // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
   plan.num_minibatches = std::min<int64_t>(config_.num_minibatches, plan.units_kept);
@@ -429,7 +458,34 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& rollout, const Plan& plan, 
     stats->vtrace_rho_clipped = v.rho_clipped;
     stats->vtrace_c_clipped = v.c_clipped;
   }
+  if (reducer_ && config_.norm_adv) NormaliseAcrossRanks(plan, &b);
   return b;
+}
+
+void PpoTrainer::NormaliseAcrossRanks(const Plan& plan, Batch* b) {
+  // The moments of the kept samples' advantages over every rank: (adv - mean) / (unbiased std + eps), the
+  // arithmetic ComputePpoLoss applies to a minibatch, applied to the rows and the chunks alike.
+  torch::Tensor kept_adv;
+  if (!plan.kept.defined()) {
+    kept_adv = b->rows.advantages;
+  } else {
+    const torch::Tensor arange_k = torch::arange(plan.k, torch::TensorOptions().dtype(torch::kLong).device(plan.device));
+    const torch::Tensor idx = UnitRows(plan.kept, plan.k, arange_k);
+    kept_adv = plan.recurrent ? b->chunks.advantages.index_select(1, idx) : b->rows.advantages.index_select(0, idx);
+  }
+  const torch::Tensor a = kept_adv.to(torch::kFloat64);
+  const torch::Tensor local = torch::stack({torch::full({}, static_cast<double>(a.numel()), a.options()), a.sum(),
+                                            a.square().sum()})
+                                  .cpu();
+  const std::vector<double> m = reducer_->Sum({local[0].item<double>(), local[1].item<double>(), local[2].item<double>()});
+  const double n = m[0];
+  if (n < 1) return;
+  const double mean = m[1] / n;
+  const double var = n > 1 ? std::max(0.0, (m[2] - n * mean * mean) / (n - 1)) : 0.0;
+  const double denom = n > 1 ? std::sqrt(var) + kAdvantageEps : 1.0;
+  b->rows.advantages.sub_(mean).div_(denom);
+  if (b->chunks.advantages.defined()) b->chunks.advantages.sub_(mean).div_(denom);
+  b->advantages_normalised = true;
 }
 
 void PpoTrainer::RunFused(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
@@ -480,22 +536,37 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
   double grad_norm_sum = 0;
   // On CUDA the grad norms add up on the device (no sync per minibatch); read once at the end.
   torch::Tensor grad_norm_device = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  int64_t minibatches_run = 0;
+  int64_t minibatches_with_loss = 0;  // ranks: a rank's empty minibatches have no loss of their own
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
+  PpoConfig loss_config = config_;
+  if (b.advantages_normalised) loss_config.norm_adv = false;  // done over every rank's rollout in Prepare
+  const int64_t rows_per_unit = plan.batch / plan.units;
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
     const torch::Tensor perm = Permutation(plan.units_kept, device);
     torch::Tensor last_approx_kl;
+    int64_t last_samples = 0;
     for (int64_t mb = 0; mb < plan.num_minibatches; ++mb) {
       const int64_t begin = mb * plan.units_kept / plan.num_minibatches;
       const int64_t end = (mb + 1) * plan.units_kept / plan.num_minibatches;
       const torch::Tensor drawn = perm.slice(0, begin, end);
       const torch::Tensor unit_idx = plan.kept.defined() ? plan.kept.index_select(0, drawn) : drawn;
-      const PpoLoss loss =
-          plan.recurrent ? ChunkMinibatchLoss(*policy_, b.chunks, unit_idx, plan.k, arange_k, precision_, config_)
-                         : MinibatchLoss(*policy_, b.rows, unit_idx, plan.k, arange_k, precision_, config_);
-      // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
       optimizer_->zero_grad();
-      scaler_.Scale(loss.total).backward();
+      PpoLoss loss;
+      if (end > begin) {
+        loss = plan.recurrent
+                   ? ChunkMinibatchLoss(*policy_, b.chunks, unit_idx, plan.k, arange_k, precision_, loss_config)
+                   : MinibatchLoss(*policy_, b.rows, unit_idx, plan.k, arange_k, precision_, loss_config);
+        // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
+        scaler_.Scale(loss.total).backward();
+      }
+      bool stop_requested = cancel && cancel->load(std::memory_order_relaxed);
+      if (reducer_) {
+        // The scaled gradients (every rank's scale is the same): an inf/NaN of one rank reaches all, so every rank
+        // skips the same steps. A stop request of any rank stops every rank after this step.
+        const int64_t samples = (end - begin) * rows_per_unit;
+        stop_requested = reducer_->ReduceGradients(params, samples, stop_requested).any_flag;
+        last_samples = samples;
+      }
       // Unscale before clipping so the clip sees the true gradient norm; an inf/NaN grad skips clip and step.
       if (scaler_.Unscale(params)) {
         if (device.is_cuda()) {
@@ -511,10 +582,12 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
       }
       scaler_.Update();
 
-      stat_sums += LossStats(loss);
+      if (loss.total.defined()) {
+        stat_sums += LossStats(loss);
+        ++minibatches_with_loss;
+      }
       last_approx_kl = loss.approx_kl;
-      ++minibatches_run;
-      if (cancel && cancel->load(std::memory_order_relaxed)) {
+      if (stop_requested) {
         stats->cancelled = true;
         break;
       }
@@ -522,11 +595,20 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
     ++stats->epochs;
     if (stats->cancelled) break;
     // As CleanRL: after each epoch, stop when the last minibatch's approx KL (measured just before its step,
-    // so with the policy updated by the rest of the epoch) exceeds the target.
-    if (config_.target_kl && last_approx_kl.item<double>() > *config_.target_kl) break;
+    // so with the policy updated by the rest of the epoch) exceeds the target. Ranks: the KL of the union of
+    // their last minibatches, so that all stop together.
+    if (config_.target_kl) {
+      double kl = last_approx_kl.defined() ? last_approx_kl.item<double>() : 0.0;
+      if (reducer_) {
+        const std::vector<double> s = reducer_->Sum({kl * static_cast<double>(last_samples),
+                                                     static_cast<double>(last_samples)});
+        kl = s[1] > 0 ? s[0] / s[1] : 0.0;
+      }
+      if (kl > *config_.target_kl) break;
+    }
   }
   if (device.is_cuda()) grad_norm_sum += grad_norm_device.item<double>();
-  SetMeans(stat_sums / static_cast<double>(minibatches_run), stats);
+  if (minibatches_with_loss > 0) SetMeans(stat_sums / static_cast<double>(minibatches_with_loss), stats);
   stats->grad_norm = steps_run > 0 ? grad_norm_sum / static_cast<double>(steps_run) : 0.0;
 }
 
@@ -540,8 +622,15 @@ torch::Tensor PpoTrainer::Permutation(int64_t units, const torch::Device& device
 
 PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel) {
   PpoStats stats;
+  if (reducer_ && !synced_) {
+    // Rank 0's parameters and Adam state on every rank, before the first update that uses the reducer.
+    reducer_->BroadcastModule(*policy_);
+    reducer_->BroadcastAdam(*optimizer_, policy_->parameters());
+    synced_ = true;
+  }
   const Plan plan = PlanUpdate(rollout, progress, &stats);
-  if (plan.units_kept == 0) return stats;  // every sample too old: nothing to train on
+  // Every sample too old: nothing to train on (a rank still takes its part in the other ranks' steps).
+  if (plan.units_kept == 0 && !reducer_) return stats;
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
   }
@@ -553,6 +642,8 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
   }
   stats.loss_scale = scaler_.scale();
   SetValueFit(batch.rows.values, batch.rows.returns, &stats);
+  ++updates_;
+  if (reducer_) reducer_->AfterUpdate(policy_->parameters(), updates_);
   return stats;
 }
 

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,8 +148,9 @@ torch::Tensor LossStats(const PpoLoss& loss);
 // PpoTrainer uses it on CUDA; on the CPU it keeps LibTorch's (nothing to overlap there).
 torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm);
 
-class FusedPpoUpdate;  // learner/train/ppo_fused.h
-class GraphedPpoStep;  // learner/train/ppo_graph.h
+class FusedPpoUpdate;   // learner/train/ppo_fused.h
+class GraphedPpoStep;   // learner/train/ppo_graph.h
+class GradientReducer;  // learner/train/gradient_reducer.h
 
 class PpoTrainer {
  public:
@@ -185,6 +187,17 @@ class PpoTrainer {
   int64_t graphed_updates() const { return graphed_updates_; }
   int graph_captures() const;
 
+  // Makes this trainer one rank of a data-parallel group (DD-PPO): rank 0's parameters and Adam state are
+  // broadcast at the next Update's start (a collective: every rank's trainer must have its reducer by then); from
+  // then on each minibatch's gradient is the per-sample mean over every rank's minibatch, the
+  // advantages are normalised once per update with the moments of every rank's rollout (as habitat's DD-PPO
+  // does, in place of per-minibatch moments), the share of samples within ppo.max_policy_lag, target_kl's stop
+  // and a stop request are decided over all ranks, and every ppo-wide figure stays identical on every rank. The
+  // fused and graphed updates do not take ranks: auto falls back to the LibTorch update, on throws
+  // std::invalid_argument saying so. Every rank must call Update as often as the others.
+  void SetReducer(std::shared_ptr<GradientReducer> reducer);
+  GradientReducer* reducer() const { return reducer_.get(); }
+
  private:
   // The update's phases, in order: Plan (the rollout checked, its units, the samples kept and the learning rate),
   // Prepare (GAE or V-trace, the rows and chunks on the device), then one of the three ways to take the epochs.
@@ -196,6 +209,8 @@ class PpoTrainer {
   // Whether the graphed step can take this update (and then it has).
   bool RunGraphed(const Batch& batch, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel);
   void RunMinibatches(const Batch& batch, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel);
+  // Ranks: the advantages normalised with the moments of every rank's kept samples.
+  void NormaliseAcrossRanks(const Plan& plan, Batch* batch);
   // One epoch's order of the units (the minibatch shuffling generator on the CPU).
   torch::Tensor Permutation(int64_t units, const torch::Device& device);
 
@@ -210,6 +225,9 @@ class PpoTrainer {
   bool use_graph_ = false;                 // graph_update chosen (built on the first update that can use it)
   std::unique_ptr<GraphedPpoStep> graphed_;
   int64_t graphed_updates_ = 0;
+  std::shared_ptr<GradientReducer> reducer_;  // set when this is one rank of several
+  bool synced_ = false;                       // rank 0's parameters broadcast since the reducer was set
+  int64_t updates_ = 0;
 };
 
 }  // namespace farm

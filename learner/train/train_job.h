@@ -8,6 +8,8 @@
 #include "common/status.h"
 #include "learner/run/checkpoint.h"
 #include "learner/train/ppo.h"
+#include "learner/train/gradient_reducer.h"
+#include "learner/train/rank_agreement.h"
 
 namespace farm {
 
@@ -25,10 +27,28 @@ struct TrainResult {
   // When due: how serialising it went; its bytes went to the CheckpointWriter, which announces its
   // outcome with Work kCheckpointDone (TrainerThread::TakeCheckpointResults).
   Status checkpoint;
+  // Ranks: what they agreed before the update (`agreed` false without ranks). A stop (any rank's, or the run's
+  // total_env_steps reached over all ranks) skips the update: `updated` false. `vote_only` jobs never update.
+  bool agreed = false;
+  RankAgreement agreement;
+  bool updated = true;
+  std::string agreed_stop;  // why the ranks stop; empty: they go on
+  bool rank_failed = false;  // a collective failed (a rank died or hung): `error` says which call
+  ReducerTraffic traffic;    // the collectives of this job
+  int64_t checksum = 0;      // the parameters' checksum at the ranks' last comparison
+  // Ranks: every rank's normaliser deltas of this exchange, merged (RunNormalizer::ApplyRanks takes them).
+  RunningMoments norm_obs, norm_ret;
 };
 
-// A rollout for the trainer thread, with what a checkpoint after it needs.
+// A rollout for the trainer thread, with what a checkpoint after it needs. Ranks: a `vote_only` job has no rollout:
+// it takes this rank's part in the next agreement (to stop), and nothing else.
 struct TrainJob {
+  bool vote_only = false;
+  RankFigures figures;  // ranks: this rank's part in the agreement
+  // Ranks: this rank's normaliser deltas since the last exchange (RunNormalizer::TakeForRanks), and the sizes
+  // every rank's have.
+  RunningMoments norm_obs, norm_ret;
+  int64_t norm_obs_dim = 0, norm_ret_dim = 0;
   Rollout rollout;
   double progress = 0;   // the learning-rate schedule's progress when the rollout began
   int64_t version = 0;   // version of the policy being trained

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -83,6 +84,36 @@ std::string TrainerThread::update_path() const {
 
 int64_t TrainerThread::graphed_updates() const { return trainer_->graphed_updates(); }
 
+bool TrainerThread::AgreeWithRanks(GradientReducer& reducer, TrainJob* job, TrainResult* result) {
+  try {
+    const RankAgreement a = Agree(reducer.group(), job->figures);
+    result->agreed = true;
+    result->agreement = a;
+    // The normaliser's statistics stay one set for the run: every rank's deltas since the last exchange.
+    result->norm_obs = MergeAcrossRanks(reducer.group(), job->norm_obs, job->norm_obs_dim);
+    result->norm_ret = MergeAcrossRanks(reducer.group(), job->norm_ret, job->norm_ret_dim);
+    if (a.stop != kRankStopNone) {
+      result->agreed_stop = fmt::format("rank {} is stopping ({}); the {} ranks stop together", a.first_stopping_rank,
+                                        RankStopText(a.ranks[a.first_stopping_rank].stop), reducer.size());
+    } else if (a.env_steps >= static_cast<double>(config_.total_env_steps)) {
+      result->agreed_stop = fmt::format("reached total_env_steps ({}) over {} ranks", config_.total_env_steps,
+                                        reducer.size());
+    }
+    if (job->vote_only || !result->agreed_stop.empty()) {
+      result->updated = false;
+      return false;
+    }
+    // The schedule's progress over every rank's env steps when their rollouts began: the same on every rank.
+    job->progress = std::min(1.0, a.handoff_env_steps / static_cast<double>(config_.total_env_steps));
+    return true;
+  } catch (const RankError& e) {
+    result->error = e.what();
+    result->rank_failed = true;
+    result->updated = false;
+    return false;
+  }
+}
+
 void TrainerThread::Loop() {
   // OpenMP's thread count is a per-thread setting: set it here too, not only on the thread that built the run.
   SetCpuThreads(config_.learner.threads);  // LibTorch and OpenBLAS (learner/model/device.h)
@@ -92,6 +123,18 @@ void TrainerThread::Loop() {
   while (jobs_.Receive(&job).ok()) {
     auto result = std::make_shared<TrainResult>();
     const auto t0 = std::chrono::steady_clock::now();
+    if (GradientReducer* reducer = trainer_->reducer(); reducer != nullptr && !AgreeWithRanks(*reducer, &job, result.get())) {
+      // A vote, a stop the ranks agreed on, or a failed collective: no update.
+      result->version = job.version;
+      job = TrainJob{};
+      result->update_seconds = Seconds(std::chrono::steady_clock::now() - t0);
+      result->update_path = update_path();
+      result->graphed_updates = trainer_->graphed_updates();
+      result->traffic = reducer->TakeTraffic();
+      result->checksum = reducer->last_checksum();
+      on_done_(std::move(result));
+      continue;
+    }
     try {
       if (device_.is_cuda()) {
         for (auto* t : {&job.rollout.obs, &job.rollout.actions, &job.rollout.logp, &job.rollout.values,
@@ -122,6 +165,11 @@ void TrainerThread::Loop() {
                                                  &job.state, &bytes);
         if (result->checkpoint.ok()) writer_.Submit(std::move(bytes));
       }
+    } catch (const RankError& e) {
+      // A collective failed: another rank died or hung. The parameters are finite and every step taken was the
+      // ranks' (the run stops; rank 0 writes its final checkpoint).
+      result->error = e.what();
+      result->rank_failed = true;
     } catch (const std::exception& e) {
       // Any exception is a failed update: the run stops on it, with no checkpoint after it, never by std::terminate.
       result->error = ErrorText(e);
@@ -129,6 +177,10 @@ void TrainerThread::Loop() {
       result->stats.policy_loss = std::nan("");
     }
     result->failed = !std::isfinite(result->stats.policy_loss);
+    if (GradientReducer* reducer = trainer_->reducer()) {
+      result->traffic = reducer->TakeTraffic();
+      result->checksum = reducer->last_checksum();
+    }
     // The rollout's arena goes back to the store's pool now, not when the next job arrives: in sync mode the
     // next rollout is recorded into it.
     result->version = job.version + 1;

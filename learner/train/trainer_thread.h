@@ -28,6 +28,7 @@
 #include "learner/model/policy.h"
 #include "learner/run/checkpoint.h"
 #include "learner/run/checkpoint_writer.h"
+#include "learner/train/gradient_reducer.h"
 #include "learner/train/ppo.h"
 #include "learner/train/train_job.h"
 
@@ -74,6 +75,9 @@ class TrainerThread {
 
  private:
   void Loop();
+  // Ranks: this job's agreement (learner/train/rank_agreement.h) into `result`. Returns whether the update runs
+  // (not for a vote, a stop the ranks agreed on, or a failed collective); sets the job's progress from every rank's.
+  bool AgreeWithRanks(GradientReducer& reducer, TrainJob* job, TrainResult* result);
 
   const FarmConfig config_;
   const torch::Device device_;

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Data-parallel learner ranks for real: `scripts/farm run --learners 2` (torchrun's environment, Gloo on the
+# loopback), one case per argument:
+#   target    CartPole with env.normalize_obs, 2 ranks x 1 worker, reaches its target: rank 0 writes the
+#             checkpoints and the run's summary (world_size, both ranks' figures, equal parameter checksums), rank 1
+#             only its logs under ranks/rank1; the normaliser's statistics hold both ranks' observations; nothing
+#             left running.
+#   kill      kill -9 of rank 1 mid-run: rank 0 stops in order (final checkpoint, its worker told to stop) within
+#             learner.collective_timeout_s, the launcher's status is non-zero and names rank 1, no process is left;
+#             then --resume of both ranks finishes the run from rank 0's checkpoint.
+#   scale     uav_coverage, 2 ranks x 8 workers for 60 s (max_wall_seconds): no worker lost on either rank, both
+#             stop together.
+# Usage: ranks_e2e_test.sh BUILD_DIR CASE
+build_dir="$1"
+case_name="$2"
+source "$(dirname "$0")/lib.sh"
+export FARM_BUILD_DIR="$build_dir" FARM_SKIP_BUILD=1
+
+# summary KEY [FILE]: a key of rank 0's summary.json (or FILE's).
+summary() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "${2:-$tmp/run/summary.json}" "$1"; }
+no_processes_left() {
+  if pgrep -f "run_dir=$tmp/run" >/dev/null; then
+    pgrep -af "run_dir=$tmp/run" >&2
+    fail "processes of the run are still there"
+  fi
+}
+
+case "$case_name" in
+  target)
+    "$root/scripts/farm" run "$root/configs/cartpole.yaml" --learners 2 --workers 2 --set "run_dir=$tmp/run" \
+      --set env.normalize_obs=true --set learner.progress_interval_s=100 > "$tmp/log" 2>&1 ||
+      { tail -40 "$tmp/log"; fail "the run failed"; }
+    reason="$(summary stop_reason)"
+    [[ "$reason" == *target_return* ]] || fail "rank 0 stopped for '$reason', not the target"
+    [ "$(summary world_size)" = 2 ] || fail "summary.json: world_size is not 2"
+    python3 - "$tmp/run/summary.json" "$tmp/run/ranks/rank1/summary.json" <<'PY' || fail "the summaries disagree"
+import json, sys
+s0, s1 = (json.load(open(p)) for p in sys.argv[1:])
+ranks = s0["ranks"]
+assert len(ranks) == 2, ranks
+assert ranks[0]["checksum"] == ranks[1]["checksum"] and ranks[0]["checksum"] != 0, ranks
+assert all(r["workers"] == 1 and r["env_steps"] > 0 for r in ranks), ranks
+assert s0["env_steps_all_ranks"] >= s0["env_steps"] + 1, s0
+assert s0["updates"] == s1["updates"] and s0["policy_version"] == s1["policy_version"], (s0["updates"], s1["updates"])
+assert s1["rank"] == 1 and s0["rank"] == 0
+# The statistics every worker normalises with hold both ranks' observations (workers send theirs about once per
+# rollout: a few of the last ones may be missing), not one rank's.
+for s in (s0, s1):
+    assert s["normalizer_observations"] >= 0.95 * s0["env_steps_all_ranks"], (s["normalizer_observations"], s0)
+    assert s["normalizer_observations"] > 1.5 * s["env_steps"], s
+print(f"ranks agree: {s0['updates']} updates, checksum {ranks[0]['checksum']:.0f}, "
+      f"{s0['env_steps_all_ranks']:.0f} env steps over both, stop: {s0['stop_reason']}")
+PY
+    compgen -G "$tmp/run/checkpoints/ckpt-*.pt" >/dev/null || fail "rank 0 wrote no checkpoint"
+    ! compgen -G "$tmp/run/ranks/rank1/checkpoints/ckpt-*.pt" >/dev/null || fail "rank 1 wrote checkpoints"
+    has_rows "$tmp/run/ranks/rank1/metrics.jsonl" 1 || fail "rank 1 wrote no metrics"
+    # Rank 0 alone prints the run's summary on stdout: one line of JSON in the launcher's output.
+    [ "$(grep -c '^{"acting_precision"' "$tmp/log")" -eq 1 ] || fail "expected one summary line on stdout"
+    no_processes_left
+    echo "ok: 2 ranks reached the target together"
+    ;;
+  kill)
+    "$root/scripts/farm" run "$root/configs/cartpole.yaml" --learners 2 --workers 2 --set "run_dir=$tmp/run" \
+      --set total_env_steps=100000000 --set stop_at_target=false --set learner.collective_timeout_s=10 \
+      --set learner.progress_interval_s=100 --set learner.checkpoint_every=10 > "$tmp/log" 2>&1 &
+    farm=$!
+    pids+=("$farm")
+    wait_until 90 has_rows "$tmp/run/metrics.jsonl" 15 || { tail -30 "$tmp/log"; fail "the run did not start training"; }
+    rank1="$(pgrep -f "farm-learner.*run_dir=$tmp/run.*endpoint-1" || true)"
+    [ -n "$rank1" ] || fail "no rank 1 learner found"
+    kill -9 "$rank1"
+    start=$SECONDS
+    wait_until 25 eval '! running "$farm"' || { tail -30 "$tmp/log"; fail "the launcher still runs 25 s after rank 1 was killed"; }
+    rc=0
+    wait "$farm" || rc=$?
+    echo "the launcher returned $rc after $((SECONDS - start)) s"
+    [ "$rc" -ne 0 ] || fail "the launcher reported success with rank 1 killed"
+    grep -q "learner rank 1 exited with status 137" "$tmp/log" || { tail -20 "$tmp/log"; fail "the launcher did not name rank 1"; }
+    grep -q "rank 0 of 2: .* failed" "$tmp/log" || { tail -20 "$tmp/log"; fail "rank 0 did not say its collective failed"; }
+    grep -q "checkpoint written: $tmp/run/checkpoints/" "$tmp/log" || { tail -20 "$tmp/log"; fail "rank 0 wrote no final checkpoint"; }
+    no_processes_left
+    before="$(summary updates)"
+    # The whole group again, from rank 0's checkpoint, to a total within reach.
+    steps="$(summary env_steps)"
+    total=$((2 * steps + 20000))
+    "$root/scripts/farm" run --resume "$tmp/run" --learners 2 --workers 2 --set "total_env_steps=$total" \
+      --set learner.collective_timeout_s=10 > "$tmp/log2" 2>&1 || { tail -30 "$tmp/log2"; fail "--resume failed"; }
+    grep -q "resumed $tmp/run/checkpoints/ckpt-" "$tmp/log2" || fail "the ranks did not resume from rank 0's checkpoint"
+    after="$(summary updates)"
+    reason="$(summary stop_reason)"
+    [[ "$reason" == *"total_env_steps ($total) over 2 ranks"* ]] || fail "the resumed run stopped for '$reason'"
+    [ "$after" -gt "$before" ] || fail "no update after --resume ($before -> $after)"
+    no_processes_left
+    echo "ok: rank 0 stopped in order after rank 1 was killed; --resume went from update $before to $after"
+    ;;
+  scale)
+    "$root/scripts/farm" run "$root/configs/uav_coverage.yaml" --learners 2 --workers 16 --set "run_dir=$tmp/run" \
+      --set total_env_steps=100000000 --set max_wall_seconds=60 --set learner.progress_interval_s=100 \
+      > "$tmp/log" 2>&1 || { tail -40 "$tmp/log"; fail "the run failed"; }
+    for s in "$tmp/run/summary.json" "$tmp/run/ranks/rank1/summary.json"; do
+      lost="$(summary workers_lost "$s")"
+      joined="$(summary workers_joined "$s")"
+      [ "$lost" = 0 ] || fail "$s: $lost workers lost"
+      [ "$joined" = 8 ] || fail "$s: $joined workers joined, expected 8"
+    done
+    reason="$(summary stop_reason)"
+    [[ "$reason" == *max_wall_seconds* ]] || fail "rank 0 stopped for '$reason'"
+    echo "ok: 2 ranks x 8 workers, none lost: $(summary env_steps_all_ranks) env steps, $(summary updates) updates"
+    no_processes_left
+    ;;
+  *) fail "unknown case '$case_name' (target, kill or scale)" ;;
+esac

@@ -1,0 +1,359 @@
+// Data-parallel learners (learner/train/rank_group.h, gradient_reducer.h): where a process stands among the ranks
+// (torchrun's and Slurm's environments), and two ranks over Gloo on the loopback, each a thread of this process
+// with its own trainer: their update equals one learner's on the union of their data, with unequal sample counts;
+// their parameters and Adam state stay bit-identical over updates of several minibatches (empty ones included);
+// a diverged parameter and a rank that stops calling are errors, not hangs.
+#include <torch/torch.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "common/running_stats.h"
+#include "learner/train/rank_agreement.h"
+#include "learner/model/policy.h"
+#include "learner/train/adam_state.h"
+#include "learner/train/gradient_reducer.h"
+#include "learner/train/ppo.h"
+#include "learner/train/rank_group.h"
+#include "tests/ppo_test_util.h"
+
+// LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+namespace farm {
+namespace {
+
+constexpr int64_t kObsDim = 6;
+
+// A TCP port that nothing listens on now (the kernel's pick for port 0).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::function<std::optional<std::string>(const std::string&)> Env(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+ActorCritic MakePolicy(uint64_t seed) {
+  torch::manual_seed(seed);
+  return ActorCritic(Space::Box({kObsDim}, {-1}, {1}), Space::Discrete(4), std::vector<int>{32, 32});
+}
+
+PpoConfig Config(int num_minibatches, int epochs) {
+  PpoConfig c;
+  c.num_minibatches = num_minibatches;
+  c.update_epochs = epochs;
+  c.lr = 3e-3;
+  c.fused_update = "off";
+  c.graph_update = "off";
+  c.anneal_lr = false;
+  return c;
+}
+
+// The rollouts' envs side by side: one rollout of N0 + N1 envs.
+Rollout Union(const Rollout& a, const Rollout& b) {
+  Rollout r;
+  const auto cat = [](const torch::Tensor& x, const torch::Tensor& y, int64_t dim) { return torch::cat({x, y}, dim); };
+  r.obs = cat(a.obs, b.obs, 1);
+  r.actions = cat(a.actions, b.actions, 1);
+  r.logp = cat(a.logp, b.logp, 1);
+  r.values = cat(a.values, b.values, 1);
+  r.rewards = cat(a.rewards, b.rewards, 1);
+  r.dones = cat(a.dones, b.dones, 1);
+  r.last_value = cat(a.last_value, b.last_value, 0);
+  return r;
+}
+
+// Runs `body(rank, group)` on `world` threads joined by a Gloo group on the loopback; rethrows the first error.
+void RunRanks(int world, double timeout_s, const std::function<void(int, std::shared_ptr<RankGroup>)>& body) {
+  const int port = FreePort();
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        RankPlace place;
+        place.rank = r;
+        place.world_size = world;
+        place.master_addr = "127.0.0.1";
+        place.master_port = port;
+        RankGroupOptions options;
+        options.backend = "gloo";
+        options.timeout_s = timeout_s;
+        std::unique_ptr<RankGroup> group;
+        const Status s = RankGroup::Create(place, options, &group);
+        if (!s.ok()) throw std::runtime_error(s.message());
+        body(r, std::shared_ptr<RankGroup>(std::move(group)));
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+torch::Tensor Flat(PpoTrainer& trainer) {
+  ActorCritic policy = trainer.policy();
+  return testing::FlatParameters(policy);
+}
+
+const torch::optim::AdamParamState& AdamOf(PpoTrainer& trainer, const torch::Tensor& p) {
+  const auto* s = FindAdamState(trainer.optimizer(), p);
+  if (s == nullptr) throw std::logic_error("no Adam state");
+  return *s;
+}
+
+TEST_CASE("torchrun's and Slurm's environments say where a rank stands", "[ranks]") {
+  RankPlace p;
+  REQUIRE(ReadRankPlace(Env({}), &p).ok());
+  CHECK(p.world_size == 1);
+  CHECK(p.source == "single");
+
+  REQUIRE(ReadRankPlace(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "n1"},
+                             {"MASTER_PORT", "29511"}}),
+                        &p)
+              .ok());
+  CHECK(p.source == "torchrun");
+  CHECK(p.rank == 3);
+  CHECK(p.world_size == 4);
+  CHECK(p.local_rank == 1);
+  CHECK(p.master_addr == "n1");
+  CHECK(p.master_port == 29511);
+
+  // An srun step of several tasks; one task (the learner step of farm.sbatch, the batch script) is one rank.
+  REQUIRE(ReadRankPlace(Env({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_LOCALID", "1"},
+                             {"SLURM_STEP_NODELIST", "gpu[03-04,9]"}}),
+                        &p)
+              .ok());
+  CHECK(p.source == "slurm");
+  CHECK(p.rank == 5);
+  CHECK(p.world_size == 8);
+  CHECK(p.local_rank == 1);
+  CHECK(p.master_addr == "gpu03");
+  CHECK(p.master_port == kDefaultMasterPort);
+  REQUIRE(ReadRankPlace(Env({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_NTASKS", "5"}}), &p).ok());
+  CHECK(p.world_size == 1);
+
+  // Errors name the variable and its value.
+  Status s = ReadRankPlace(Env({{"RANK", "x"}, {"WORLD_SIZE", "2"}}), &p);
+  CHECK_THAT(s.message(), Catch::Contains("RANK='x'"));
+  s = ReadRankPlace(Env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), &p);
+  CHECK_THAT(s.message(), Catch::Contains("not below the world size 2"));
+  s = ReadRankPlace(Env({{"RANK", "0"}}), &p);
+  CHECK_THAT(s.message(), Catch::Contains("WORLD_SIZE is not set"));
+  s = ReadRankPlace(Env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}), &p);
+  CHECK_THAT(s.message(), Catch::Contains("MASTER_PORT=70000"));
+
+  CHECK(FirstSlurmHost("node7") == "node7");
+  CHECK(FirstSlurmHost("a1,b[1-2]") == "a1");
+  CHECK(FirstSlurmHost("gpu[12,14-15],cpu1") == "gpu12");
+}
+
+TEST_CASE("two ranks update as one learner on the union of their data, with unequal sample counts", "[ranks]") {
+  const int64_t steps = 16, envs0 = 6, envs1 = 2;  // 96 and 32 samples
+  const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/3);
+  ActorCritic acting = MakePolicy(1);
+  torch::manual_seed(7);
+  std::vector<Rollout> part0, part1;
+  for (int u = 0; u < 3; ++u) {
+    part0.push_back(testing::ActedRollout(acting, torch::randn({steps * envs0, kObsDim}), {}, steps, envs0));
+    part1.push_back(testing::ActedRollout(acting, torch::randn({steps * envs1, kObsDim}), {}, steps, envs1));
+  }
+  // The single learner, and the ranks (rank 1 starts from other parameters: rank 0's reach it).
+  PpoTrainer single(MakePolicy(1), config, /*seed=*/1);
+  std::vector<std::unique_ptr<PpoTrainer>> ranks;
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(1), config, 1));
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(2), config, 2));
+  const torch::Tensor initial = Flat(*ranks[0]);
+  REQUIRE_FALSE(torch::equal(initial, Flat(*ranks[1])));
+
+  std::vector<PpoStats> single_stats;
+  for (int u = 0; u < 3; ++u) single_stats.push_back(single.Update(Union(part0[u], part1[u]), 0.0));
+
+  std::vector<std::vector<PpoStats>> rank_stats(2);
+  std::vector<ReducerTraffic> traffic(2);
+  RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
+    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, /*check_every=*/1));
+    for (int u = 0; u < 3; ++u) rank_stats[r].push_back(ranks[r]->Update(r == 0 ? part0[u] : part1[u], 0.0));
+    traffic[r] = ranks[r]->reducer()->TakeTraffic();
+  });
+
+  const torch::Tensor want = Flat(single);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const torch::Tensor got = Flat(*ranks[r]);
+    CHECK(testing::RelativeDiff(got, want) < 2e-5);
+    CHECK((got - initial).abs().max().item<double>() > 1e-3);  // it moved far beyond the tolerance
+    CHECK(rank_stats[r][2].epochs == single_stats[2].epochs);
+    CHECK(rank_stats[r][2].learning_rate == Approx(single_stats[2].learning_rate));
+    // One all-reduce per minibatch of every parameter's gradient and two figures, plus the small sums.
+    CHECK(traffic[r].bytes > 3 * 3 * want.numel() * 4);
+  }
+  // Bit-identical across the ranks: parameters and Adam's moments and steps.
+  CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
+  const auto p0 = ranks[0]->policy()->parameters(), p1 = ranks[1]->policy()->parameters();
+  for (size_t i = 0; i < p0.size(); ++i) {
+    CHECK(AdamOf(*ranks[0], p0[i]).step() == AdamOf(*ranks[1], p1[i]).step());
+    CHECK(torch::equal(AdamOf(*ranks[0], p0[i]).exp_avg(), AdamOf(*ranks[1], p1[i]).exp_avg()));
+    CHECK(torch::equal(AdamOf(*ranks[0], p0[i]).exp_avg_sq(), AdamOf(*ranks[1], p1[i]).exp_avg_sq()));
+    CHECK(testing::RelativeDiff(AdamOf(*ranks[0], p0[i]).exp_avg(),
+                                AdamOf(single, single.policy()->parameters()[i]).exp_avg()) < 1e-4);
+  }
+}
+
+TEST_CASE("ranks stay bit-identical over many minibatches, empty ones and target_kl stops", "[ranks]") {
+  // Rank 1 has 3 envs x 8 steps = 24 samples for 32 minibatches: most of its minibatches are empty.
+  PpoConfig config = Config(/*num_minibatches=*/32, /*epochs=*/4);
+  config.target_kl = 0.002;
+  ActorCritic acting = MakePolicy(3);
+  torch::manual_seed(11);
+  const Rollout r0 = testing::ActedRollout(acting, torch::randn({32 * 16, kObsDim}), {}, 32, 16);
+  const Rollout r1 = testing::ActedRollout(acting, torch::randn({8 * 3, kObsDim}), {}, 8, 3);
+  std::vector<std::unique_ptr<PpoTrainer>> ranks;
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(3), config, 1));
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(4), config, 2));
+  std::vector<std::vector<PpoStats>> stats(2);
+  std::vector<int64_t> checksums(2);
+  RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
+    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, /*check_every=*/1));
+    for (int u = 0; u < 4; ++u) stats[r].push_back(ranks[r]->Update(r == 0 ? r0 : r1, 0.0));
+    checksums[r] = ranks[r]->reducer()->last_checksum();
+  });
+  CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
+  CHECK(checksums[0] == checksums[1]);
+  for (size_t u = 0; u < stats[0].size(); ++u) {
+    INFO("update " << u);
+    CHECK(stats[0][u].epochs == stats[1][u].epochs);  // target_kl decided over both ranks
+  }
+  // target_kl stopped early at least once, so the agreement above was tested.
+  bool stopped_early = false;
+  for (const auto& s : stats[0]) stopped_early |= s.epochs < config.update_epochs;
+  CHECK(stopped_early);
+}
+
+TEST_CASE("a stop request on one rank stops every rank after the same minibatch", "[ranks]") {
+  const PpoConfig config = Config(/*num_minibatches=*/8, /*epochs=*/4);
+  ActorCritic acting = MakePolicy(5);
+  torch::manual_seed(12);
+  const Rollout r0 = testing::ActedRollout(acting, torch::randn({16 * 8, kObsDim}), {}, 16, 8);
+  const Rollout r1 = testing::ActedRollout(acting, torch::randn({16 * 4, kObsDim}), {}, 16, 4);
+  std::vector<std::unique_ptr<PpoTrainer>> ranks;
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(5), config, 1));
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(5), config, 2));
+  std::atomic<bool> stop{true};
+  std::vector<PpoStats> stats(2);
+  RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
+    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, 1));
+    stats[r] = ranks[r]->Update(r == 0 ? r0 : r1, 0.0, r == 1 ? &stop : nullptr);
+  });
+  CHECK(stats[0].cancelled);
+  CHECK(stats[1].cancelled);
+  CHECK(stats[0].epochs == 1);
+  CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
+}
+
+TEST_CASE("the normaliser's statistics merged across ranks are the union's moments", "[ranks]") {
+  // Three ranks with 50, 0 and 200 samples of 3 elements at different scales; the merge against the moments of all
+  // 250 samples added to one set, and the same bits on every rank.
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  const std::vector<int> counts{50, 0, 200};
+  std::vector<std::vector<float>> data(3);
+  RunningMoments all(3);
+  std::vector<RunningMoments> mine(3, RunningMoments(3));
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < counts[r] * 3; ++i) data[r].push_back(normal(gen) * static_cast<float>(r + 1) + 10.0f * r);
+    mine[r].AddRows(data[r].data(), counts[r]);
+    all.AddRows(data[r].data(), counts[r]);
+  }
+  std::vector<RunningMoments> merged(3);
+  RunRanks(3, 60, [&](int r, std::shared_ptr<RankGroup> group) { merged[r] = MergeAcrossRanks(*group, mine[r], 3); });
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    REQUIRE(merged[r].count() == 250);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(merged[r].mean()[i] == Approx(all.mean()[i]).epsilon(1e-12));
+      CHECK(merged[r].m2()[i] == Approx(all.m2()[i]).epsilon(1e-10));
+      CHECK(merged[r].mean()[i] == merged[0].mean()[i]);  // bit for bit on every rank
+      CHECK(merged[r].m2()[i] == merged[0].m2()[i]);
+    }
+  }
+}
+
+TEST_CASE("diverged parameters and a rank that stops calling are errors that name them, within the timeout",
+          "[ranks]") {
+  SECTION("a parameter that differs") {
+    std::vector<std::string> errors(2);
+    std::vector<ActorCritic> nets{MakePolicy(8), MakePolicy(8)};  // the global generator: not in the threads
+    RunRanks(2, 30, [&](int r, std::shared_ptr<RankGroup> group) {
+      GradientReducer reducer(group, 1);
+      std::vector<torch::Tensor> params = nets[r]->parameters();
+      reducer.CheckParameters(params, 1);  // the same
+      if (r == 1) {
+        torch::NoGradGuard no_grad;
+        params[0].view(-1)[0] += 1e-6f;
+      }
+      try {
+        reducer.CheckParameters(params, 17);
+      } catch (const RankError& e) {
+        errors[r] = e.what();
+      }
+    });
+    for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("differ after update 17"));
+  }
+  SECTION("a rank that stops calling") {
+    std::string error;
+    double waited = 0;
+    RunRanks(2, 2.0, [&](int r, std::shared_ptr<RankGroup> group) {
+      GradientReducer reducer(group);
+      reducer.Sum({1.0});
+      if (r == 1) {
+        // Rank 1 waits without calling (hung), then leaves.
+        std::this_thread::sleep_for(std::chrono::seconds(4));
+        return;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        reducer.Sum({1.0});
+      } catch (const RankError& e) {
+        error = e.what();
+      }
+      waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+    CHECK_THAT(error, Catch::Contains("rank 0 of 2: all-reduce (sum) failed"));
+    CHECK(waited < 3.5);  // the 2 s timeout, not rank 1's 4 s
+  }
+}
+
+}  // namespace
+}  // namespace farm
