@@ -53,7 +53,10 @@ Status JoinRanks(FarmConfig* config, std::shared_ptr<RankGroup>* out) {
   torch::Device device{torch::kCPU};
   if (auto s = ResolveDevice(config->learner.device, &device); !s.ok()) return s;
   if (device.is_cuda() && config->learner.device.find(':') == std::string::npos) {
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(place.local_rank));
+    // One device per local rank; fewer devices than ranks (Slurm's --gpus-per-task shows each task its own one
+    // as cuda:0; ranks sharing a GPU) wrap around.
+    const auto devices = static_cast<int>(std::max<size_t>(1, torch::cuda::device_count()));
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(place.local_rank % devices));
     config->learner.device = device.str();
   }
   const std::string& bind = config->transport.bind;
