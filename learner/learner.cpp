@@ -364,7 +364,7 @@ void Learner::Impl::ShowProgress(bool force) {
       allreduce += f.allreduce_seconds;
       update += f.update_seconds;
     }
-    line += fmt::format(" | {} ranks: {:.0f} steps, all-reduce {:.0f}% of the update", ranks.last.ranks.size(),
+    line += fmt::format(" | {} ranks: {:.0f} steps, all-reduce {:.0f}% of the updates", ranks.last.ranks.size(),
                         ranks.last.env_steps, update > 0 ? 100.0 * allreduce / update : 0.0);
   }
   // A checkpoint write that is taking long (a slow disk): shown while it lasts; updates and serving go on.
@@ -420,13 +420,18 @@ nlohmann::json Learner::Impl::Summary() const {
     nlohmann::json per = nlohmann::json::array();
     for (size_t r = 0; r < ranks.last.ranks.size(); ++r) {
       const RankFigures& f = ranks.last.ranks[r];
+      // Per update of this session: the update's seconds, and the seconds and bytes of its collectives (the
+      // agreement's and the gradients'; the seconds include waiting for slower ranks), and their share.
+      const double n = std::max(1.0, f.updates);
       per.push_back({{"rank", r},
                      {"env_steps", f.env_steps},
                      {"sps", f.env_steps_per_s},
                      {"workers", f.workers},
-                     {"last_update_seconds", f.update_seconds},
-                     {"allreduce_seconds", f.allreduce_seconds},
-                     {"allreduce_bytes", f.allreduce_bytes},
+                     {"updates", f.updates},
+                     {"update_seconds_per_update", f.update_seconds / n},
+                     {"allreduce_seconds_per_update", f.allreduce_seconds / n},
+                     {"allreduce_bytes_per_update", f.allreduce_bytes / n},
+                     {"allreduce_share_of_update", f.update_seconds > 0 ? f.allreduce_seconds / f.update_seconds : 0.0},
                      {"checksum", f.checksum}});
     }
     s["ranks"] = per;

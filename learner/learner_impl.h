@@ -93,9 +93,12 @@ struct RankState {
   RankAgreement last;                // the last agreement (rank 0 reports every rank's figures from it)
   bool agreed_stop = false;          // the ranks agreed to stop: no collective follows
   bool vote_pending = false;         // a vote-only job is with the trainer
-  ReducerTraffic last_traffic;       // the collectives of the last job
+  ReducerTraffic traffic;            // the collectives of this session's jobs, added up
+  int64_t updates = 0;               // this session's updates, and their seconds
+  double update_seconds = 0;
   int64_t last_checksum = 0;         // this rank's parameter checksum at the last check
   int stop_bits = kRankStopNone;     // why this rank stops, for its vote (a stop request when none is set)
+  bool stop_from_cancel = false;     // stopping because another rank cut the update short: its reason comes later
 };
 
 // The update in flight and how updates run (inference thread).

@@ -309,9 +309,10 @@ RankFigures Learner::Impl::Figures(int stop_bits) const {
   f.workers = static_cast<double>(registry.size());
   const double wall = stats.Wall();
   f.env_steps_per_s = wall > 0 ? static_cast<double>(stats.env_steps) / wall : 0.0;
-  f.update_seconds = stats.last_update_seconds;
-  f.allreduce_seconds = ranks.last_traffic.seconds;
-  f.allreduce_bytes = static_cast<double>(ranks.last_traffic.bytes);
+  f.updates = static_cast<double>(ranks.updates);
+  f.update_seconds = ranks.update_seconds;
+  f.allreduce_seconds = ranks.traffic.seconds;
+  f.allreduce_bytes = static_cast<double>(ranks.traffic.bytes);
   f.checksum = static_cast<double>(ranks.last_checksum & ((int64_t{1} << 48) - 1));
   f.stop = stop_bits;
   return f;
@@ -326,8 +327,11 @@ void Learner::Impl::TakeNormalizerForRanks(TrainJob* job) {
 void Learner::Impl::SubmitVote() {
   TrainJob job;
   job.vote_only = true;
+  // Why this rank stops; none when it stops only because another rank cut the update short (that rank's vote
+  // says why).
   job.figures = Figures(!outcome.serve_failure.ok() || outcome.update_failed ? kRankStopFailed
                         : ranks.stop_bits != kRankStopNone                   ? ranks.stop_bits
+                        : ranks.stop_from_cancel                             ? kRankStopNone
                                                                              : kRankStopRequested);
   job.version = stats.version;
   TakeNormalizerForRanks(&job);
@@ -339,7 +343,13 @@ void Learner::Impl::SubmitVote() {
 // Ranks: what the agreement before a job said. Returns whether the job's update ran.
 bool Learner::Impl::OnAgreement(const TrainResult& r) {
   ranks.vote_pending = false;
-  ranks.last_traffic = r.traffic;
+  if (r.updated && !r.rank_failed) {  // the updates' collectives (a vote's wait for the others is not an update's)
+    ranks.traffic.calls += r.traffic.calls;
+    ranks.traffic.bytes += r.traffic.bytes;
+    ranks.traffic.seconds += r.traffic.seconds;
+    ++ranks.updates;
+    ranks.update_seconds += r.update_seconds;
+  }
   ranks.last_checksum = r.checksum;
   if (r.agreed) {
     ranks.last = r.agreement;
@@ -352,14 +362,16 @@ bool Learner::Impl::OnAgreement(const TrainResult& r) {
     outcome.stopping = true;
   } else if (!r.agreed_stop.empty()) {
     ranks.agreed_stop = true;
-    if (!outcome.stopping) {
+    if (!outcome.stopping || ranks.stop_from_cancel) {  // the agreement says which rank stopped, and why
       outcome.stopping = true;
       outcome.stop_reason = r.agreed_stop;
     }
   } else if (r.cancelled && !outcome.stopping) {
-    // Another rank's stop cut the update short on every rank: this one stops with them.
+    // Another rank's stop cut the update short on every rank: this one stops with them (the vote that follows says
+    // which rank, and why).
     outcome.stopping = true;
     outcome.stop_reason = "another rank is stopping (it cut the update short)";
+    ranks.stop_from_cancel = true;
   }
   return r.updated;
 }

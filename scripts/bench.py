@@ -47,8 +47,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "recurrent", "encoders",
-         "learning"]
-SLOW_CASES = ("scale", "python", "encoders", "learning")  # minutes each: run only when named
+         "learning", "ranks"]
+SLOW_CASES = ("scale", "python", "encoders", "learning", "ranks")  # minutes each: run only when named
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 
 
@@ -83,15 +83,16 @@ class Bench:
                              capture_output=True, text=True).stdout
         return json.loads(out.strip().splitlines()[-1])
 
-    def farm_run(self, config, workers, overrides, worker_stats=False, timeout=900):
-        """Runs scripts/farm run; returns (summary, worker stats list, wall seconds incl. start-up, launch time)."""
+    def farm_run(self, config, workers, overrides, worker_stats=False, timeout=900, learners=1):
+        """Runs scripts/farm run (with `learners` ranks); returns (summary of rank 0, metrics rows, worker stats list,
+        wall seconds incl. start-up, launch time)."""
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = os.path.join(tmp, "run")
             env = dict(os.environ, FARM_BUILD_DIR=self.build)
             if worker_stats:
                 env["FARM_WORKER_STATS_DIR"] = tmp
             cmd = [os.path.join(ROOT, "scripts", "farm"), "run", config, "--workers", str(workers),
-                   "--set", f"run_dir={run_dir}", "--set", "learner.progress_interval_s=3600"]
+                   "--learners", str(learners), "--set", f"run_dir={run_dir}", "--set", "learner.progress_interval_s=3600"]
             for o in overrides:
                 cmd += ["--set", o]
             launch = time.time()
@@ -331,6 +332,71 @@ class Bench:
             f"held {t['held_for_update']:.1f} s, forward {t['forward']:.1f} s of {t['total']:.1f} s")
         return row
 
+    def ranks(self, gpu):
+        """Data-parallel learner ranks: 1 rank against 2 with the same workers, for CartPole's mlp, uav_coverage's mlp
+        and its cnn (centralised critic): env steps/s, and at 2 ranks the collectives' bytes, seconds and share per
+        update (summary.json's `ranks`). On a CPU machine the ranks share its cores with the workers."""
+        cores = os.cpu_count() or 1
+        secs = 20 if self.quick else 45
+        device = ["learner.device=cuda"] if gpu else []
+        workloads = [
+            ("cartpole_mlp", os.path.join(ROOT, "configs", "cartpole.yaml"), 2, ["stop_at_target=false"]),
+            ("uav_coverage_mlp", os.path.join(ROOT, "configs", "uav_coverage.yaml"), 4, ["ppo.encoder=mlp"]),
+            ("uav_coverage_cnn", os.path.join(ROOT, "configs", "uav_coverage.yaml"), 4, ["ppo.encoder=cnn"]),
+        ]
+        table = []
+        for name, config, workers, extra in workloads:
+            for learners in (1, 2):
+                threads = max(1, cores // learners) if not gpu else 1
+                overrides = extra + device + ["total_env_steps=1000000000000", f"max_wall_seconds={secs}",
+                                              f"learner.threads={threads}"]
+                runs = []
+                for _ in range(self.repeats):
+                    try:
+                        summary, _, _, _, _ = self.farm_run(config, workers, overrides, timeout=secs + 300,
+                                                            learners=learners)
+                    except RuntimeError as e:
+                        log(f"ranks {name} learners={learners}: failed: {e}")
+                        continue
+                    wall = summary["wall_seconds"]
+                    if learners == 1:
+                        t = summary["time_seconds"]
+                        updates = max(1, summary["updates"])
+                        runs.append({"env_steps_per_second": summary["sps"], "updates": summary["updates"],
+                                     "update_seconds_per_update": t["update"] / updates,
+                                     "allreduce_bytes_per_update": 0.0, "allreduce_seconds_per_update": 0.0,
+                                     "allreduce_share_of_update": 0.0, "update_path": summary["update_path"]})
+                    else:
+                        per = summary["ranks"]
+                        runs.append({"env_steps_per_second": summary["env_steps_all_ranks"] / wall,
+                                     "updates": summary["updates"],
+                                     "update_seconds_per_update": median([r["update_seconds_per_update"] for r in per]),
+                                     "allreduce_bytes_per_update": median([r["allreduce_bytes_per_update"] for r in per]),
+                                     "allreduce_seconds_per_update":
+                                         median([r["allreduce_seconds_per_update"] for r in per]),
+                                     "allreduce_share_of_update": median([r["allreduce_share_of_update"] for r in per]),
+                                     "update_path": summary["update_path"], "backend": summary.get("dist_backend")})
+                if not runs:
+                    table.append({"workload": name, "learners": learners, "error": "every run failed"})
+                    continue
+                row = {"workload": name, "learners": learners, "workers": workers, "seconds": secs,
+                       "learner_threads": threads, "runs": runs}
+                for key in ("env_steps_per_second", "update_seconds_per_update", "allreduce_bytes_per_update",
+                            "allreduce_seconds_per_update", "allreduce_share_of_update"):
+                    row[key] = median([r[key] for r in runs])
+                row["update_path"] = runs[0]["update_path"]
+                table.append(row)
+                log(f"ranks {name} learners={learners}: {row['env_steps_per_second']:,.0f} env steps/s, update "
+                    f"{row['update_seconds_per_update'] * 1e3:.1f} ms ({row['update_path']}), all-reduce "
+                    f"{row['allreduce_bytes_per_update'] / 1e6:.2f} MB and {row['allreduce_seconds_per_update'] * 1e3:.1f}"
+                    f" ms per update ({100 * row['allreduce_share_of_update']:.0f} %)")
+        for name, _, _, _ in workloads:
+            one = next((r for r in table if r["workload"] == name and r["learners"] == 1 and "error" not in r), None)
+            two = next((r for r in table if r["workload"] == name and r["learners"] == 2 and "error" not in r), None)
+            if one and two:
+                two["speedup_over_one_rank"] = two["env_steps_per_second"] / one["env_steps_per_second"]
+        return {"cores": cores, "gpu": gpu, "table": table}
+
     def learning(self, envs, plot_dir):
         """scripts/bench_learning.py: its JSON, and its printed table to show under this suite's."""
         with tempfile.TemporaryDirectory() as tmp:
@@ -522,6 +588,9 @@ def main():
     if "python" in cases:
         log("python")
         result["python"] = b.python()
+    if "ranks" in cases:
+        log("ranks")
+        result["ranks"] = b.ranks(gpu=args.gpu)
     if "recurrent" in cases:
         log("recurrent")
         result["recurrent"] = b.recurrent(workers)
@@ -583,6 +652,16 @@ def main():
     if "scale" in result:
         print("  scale             workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
         print_scale_rows(result["scale"]["table"], fmt)
+    if "ranks" in result:
+        print("  ranks             learners  env steps/s  speed-up  update ms  all-reduce MB  ms / update  share")
+        for row in result["ranks"]["table"]:
+            if "error" in row:
+                print(f"    {row['workload']:<18} {row['learners']:>3}  failed")
+                continue
+            print(f"    {row['workload']:<18} {row['learners']:>3} {fmt(row['env_steps_per_second']):>12} "
+                  f"{row.get('speedup_over_one_rank', 1.0):>9.2f} {row['update_seconds_per_update'] * 1e3:>10.1f} "
+                  f"{row['allreduce_bytes_per_update'] / 1e6:>14.2f} {row['allreduce_seconds_per_update'] * 1e3:>12.1f} "
+                  f"{100 * row['allreduce_share_of_update']:>5.0f} %")
     if "python" in result:
         p = result["python"]
         print(f"  python worker     us per env step, pure / numpy: 4 floats {p['paths']['cue_4_floats_pure']['us_per_env_step']:.1f}"

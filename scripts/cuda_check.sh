@@ -11,7 +11,8 @@
 #    (LibTorch 2.6, CUDA 12.4), nvidia-cuda-dev (CUDA headers and libraries), libcu++-dev, libcub-dev,
 #    libthrust-dev and the Depends closure of libtorch-cuda-2.6 and libcudart12 (the libraries they load, for the
 #    symbol check; nvidia-cudnn, an installer, and libcuda1, the driver, left out), and unpacks them with dpkg-deb
-#    into the cache dir. An unpacked cache from an earlier run is reused as it is.
+#    into the cache dir. An unpacked cache from an earlier run is reused as it is, unless it lacks one of the
+#    packages named here (then everything is fetched again).
 # 2. A CMake build of its own (build-cuda-check/, Debian's CPU LibTorch, Release; in the background while the
 #    packages download) gives farm.pb.h, libfarm_common.a, libfarm_proto.a and every translation unit's flags
 #    (compile_commands.json).
@@ -161,7 +162,15 @@ EOF
   say "unpacked into $TRIXIE ($(du -sh "$TRIXIE" | cut -f1))"
 }
 
+# A cache unpacked before a package was added to HEADER_PACKAGES lacks it: fetched again then.
+missing_from_cache() {
+  local p
+  for p in "${HEADER_PACKAGES[@]}"; do grep -q "^${p}_" "$TRIXIE/.farm-cuda-check-debs" || echo "$p"; done
+}
 if [ -n "${FARM_CUDA_CHECK_REFRESH:-}" ] || [ ! -f "$TRIXIE/.farm-cuda-check-debs" ]; then
+  fetch_packages
+elif [ -n "$(missing_from_cache)" ]; then
+  say "the unpacked cache lacks $(missing_from_cache | tr '\n' ' ')(added since it was made): fetching again"
   fetch_packages
 else
   say "reusing the packages unpacked in $TRIXIE ($(wc -l < "$TRIXIE/.farm-cuda-check-debs") .debs; FARM_CUDA_CHECK_REFRESH=1 fetches again)"

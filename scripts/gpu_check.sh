@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU checks, in one run on a machine with an NVIDIA GPU and a CUDA build of PyTorch (python3 -c 'import
-# torch'). Never part of CI. Steps (FARM_GPU_STEPS, default "scale tests"), each skipped when the time budget
+# torch.). Never part of CI. Steps (FARM_GPU_STEPS, default "scale ranks tests"), each skipped when the time budget
 # runs short:
 #   deps   unpack the Debian packages carried in $FARM_GPU_DEBS (default .gpudeps/, made on a Debian 12 machine
 #          with `apt-get download`, see docs/OPERATIONS.md) into a private prefix; the runtime libraries in
@@ -12,6 +12,8 @@
 #          and async (FARM_GPU_SCALE_RUNS), each with env and agent steps/s, the GPU's busy fraction (nvidia-smi
 #          utilization.gpu every 100 ms), the learner's time split, workers lost; beside them the env-only limit
 #          of the same cores (16 processes stepping the env, no learner);
+#   ranks  learner ranks sharing the GPU: uav_coverage cnn, 16 workers, 1 rank and 2 (FARM_GPU_RANKS_RUNS), env
+#          steps/s over every rank, GPU busy, the all-reduce's bytes, time and share per update, the backend;
 #   tests  the unit tests built (CUDA cases included: CUDA graphs, the graphed PPO step, the store, the learner's
 #          protocol on the GPU);
 #   e2e, update, train, infer, matmul: the CartPole checks of issues 3 and 4 (per-precision end to end, PPO
@@ -69,7 +71,7 @@ trap 'tar czf "$OUT/detail.tgz" -C "$OUT" detail 2>/dev/null && rm -rf "$D"' EXI
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 say() { echo "== [$(($(date +%s) - START)) s] $*"; }
 fig() { echo "$*" | tee -a "$OUT/summary.txt"; }
-STEPS=" ${FARM_GPU_STEPS:-scale tests} "
+STEPS=" ${FARM_GPU_STEPS:-scale ranks tests} "
 # enough SECONDS STEP: whether STEP is selected and SECONDS of budget remain (says SKIP otherwise).
 enough() {
   [[ "$STEPS" == *" $2 "* ]] || return 1
@@ -113,7 +115,7 @@ fig "libtorch_cpu.so's std::filesystem::remove_all definitions: $(nm -D --define
 # The programs and the tests that exercise CUDA; everything else is covered by CI on the CPU.
 TARGETS="${FARM_GPU_TARGETS:-farm-learner farm-worker farm-bench farm-eval cuda_graph_test ppo_graph_test
   trajectory_store_test learner_protocol_test centralised_critic_test multi_discrete_test amp_test recurrent_test
-  scripted_encoder_test encoder_test export_test}"
+  scripted_encoder_test encoder_test export_test ranks_test}"
 before_pid=""
 if [ -n "${FARM_GPU_BIN:-}" ]; then
   say "build skipped: binaries from $FARM_GPU_BIN"
@@ -124,6 +126,7 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cuda_root=/usr/local/cuda; [ -d "$cuda_root" ] || cuda_root="$(dirname "$(dirname "$(command -v nvcc)")")"
 cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" -DCUDAToolkit_ROOT="$cuda_root" \
+  -DCMAKE_CXX_FLAGS="-idirafter $PREFIX/usr/include" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed" >"$D/configure.txt" 2>&1
 rc=$?
@@ -169,7 +172,7 @@ fi
 # RUN_BUILD / RUN_ROOT: the binaries and the launcher of the run (default this checkout's, built in $BUILD).
 scale_run() {  # NAME WORKERS SECONDS KEY=VALUE...
   local name="$1" workers="$2" secs="$3"; shift 3
-  local dir="/tmp/farm-gpu-$name" sets=() smi="$D/nvsmi_$name.csv"
+  local dir="/tmp/farm-gpu-$name" sets=() smi="$D/nvsmi_$name.csv" learners="${RUN_LEARNERS:-1}"
   for kv in "$@"; do sets+=(--set "$kv"); done
   rm -rf "$dir"
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 \
@@ -178,7 +181,7 @@ scale_run() {  # NAME WORKERS SECONDS KEY=VALUE...
   t0=$(date +%s.%N)
   FARM_SKIP_BUILD=1 FARM_BUILD_DIR="${RUN_BUILD:-$BUILD}" timeout $((secs + 90)) "${RUN_ROOT:-$ROOT}/scripts/farm" run \
     configs/uav_coverage.yaml \
-    --workers "$workers" --set run_dir="$dir" --set learner.device=$DEV --set ppo.encoder=cnn \
+    --workers "$workers" --learners "$learners" --set run_dir="$dir" --set learner.device=$DEV --set ppo.encoder=cnn \
     --set total_env_steps=1000000000 --set max_wall_seconds="$secs" --set learner.progress_interval_s=5 \
     "${sets[@]}" >"$D/scale_$name.txt" 2>&1 || rc=$?
   t1=$(date +%s.%N)
@@ -223,6 +226,12 @@ if "forward_wait" in t and fwd > 0:
     detail = (f"; forward: waiting {100 * t['forward_wait'] / fwd:.0f}% of it, device time "
               f"{100 * t['forward_device'] / t['total']:.0f}% of the wall")
 steady_txt = f"{steady:,.0f}" if steady else "n/a"
+if s.get("world_size", 1) > 1:  # learner ranks: the run's env steps/s over every rank, and the all-reduce per update
+    per = s.get("ranks", [])
+    detail += (f"; {s['world_size']} ranks ({s.get('dist_backend')}): {s['env_steps_all_ranks'] / s['wall_seconds']:,.0f} "
+               f"env steps/s over all, all-reduce per update " +
+               ", ".join(f"{r['allreduce_bytes_per_update'] / 1e6:.1f} MB {1e3 * r['allreduce_seconds_per_update']:.0f} ms "
+                         f"({100 * r['allreduce_share_of_update']:.0f}%)" for r in per))
 print(f"scale {name}: rc {rc} gpu_busy_mean {busy:.1f}% ({len(util)} samples); steady env sps {steady_txt}; "
       f"{json.dumps({k: s.get(k) for k in keys})}; split {split}{detail}; trainer busy {100 * t['update'] / t['total']:.0f}%")
 row = {"case": "seeds", "name": name, "rc": int(rc), "gpu_busy": busy, "steady_sps": steady, "sps": s.get("sps"),
@@ -258,6 +267,17 @@ PY
     [ -n "$extra" ] && name="${name}_$(echo "$extra" | tr -c 'A-Za-z0-9=\n' '_' | sed 's/env_num_//g; s/batcher_//g; s/learner_//g')"
     say "uav_coverage cnn, $w workers, $mode ${extras[*]}"
     scale_run "$name" "$w" "${FARM_GPU_SCALE_SECONDS:-30}" mode="$mode" "${extras[@]}"
+  done
+fi
+
+# Learner ranks sharing the one GPU: uav_coverage cnn at 16 workers, 1 rank against 2 (each rank on cuda:0), sync;
+# FARM_GPU_RANKS_RUNS: LEARNERS:WORKERS:MODE per run.
+if enough 90 ranks; then
+  for spec in ${FARM_GPU_RANKS_RUNS:-1:16:sync 2:16:sync}; do
+    IFS=: read -r k w mode <<<"$spec"
+    enough 75 ranks || break
+    say "uav_coverage cnn, $w workers, $mode, $k learner rank(s)"
+    RUN_LEARNERS="$k" scale_run "ranks${k}_w${w}_$mode" "$w" "${FARM_GPU_SCALE_SECONDS:-30}" mode="$mode"
   done
 fi
 

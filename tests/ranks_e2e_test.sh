@@ -8,6 +8,8 @@
 #   kill      kill -9 of rank 1 mid-run: rank 0 stops in order (final checkpoint, its worker told to stop) within
 #             learner.collective_timeout_s, the launcher's status is non-zero and names rank 1, no process is left;
 #             then --resume of both ranks finishes the run from rank 0's checkpoint.
+#   hang      rank 1 frozen (SIGSTOP) mid-run: rank 0's collective times out after learner.collective_timeout_s (5 s),
+#             it stops in order with its final checkpoint, and the launcher stops the frozen rank, returning non-zero.
 #   scale     uav_coverage, 2 ranks x 8 workers for 60 s (max_wall_seconds): no worker lost on either rank, both
 #             stop together.
 # Usage: ranks_e2e_test.sh BUILD_DIR CASE
@@ -23,6 +25,33 @@ no_processes_left() {
     pgrep -af "run_dir=$tmp/run" >&2
     fail "processes of the run are still there"
   fi
+}
+
+# fault_on_rank1 SIGNAL TIMEOUT_S WITHIN_S LAUNCHER_LINE: a long CartPole run of 2 ranks with
+# learner.collective_timeout_s TIMEOUT_S; once it trains, SIGNAL to rank 1; the launcher must return non-zero within
+# WITHIN_S saying LAUNCHER_LINE, rank 0 having said its collective failed and written its final checkpoint, and
+# nothing of the run may be left.
+fault_on_rank1() {
+  local signal="$1" timeout_s="$2" within="$3" line="$4" farm rank1 start rc=0
+  "$root/scripts/farm" run "$root/configs/cartpole.yaml" --learners 2 --workers 2 --set "run_dir=$tmp/run" \
+    --set total_env_steps=100000000 --set stop_at_target=false --set "learner.collective_timeout_s=$timeout_s" \
+    --set learner.progress_interval_s=100 --set learner.checkpoint_every=10 > "$tmp/log" 2>&1 &
+  farm=$!
+  pids+=("$farm")
+  wait_until 90 has_rows "$tmp/run/metrics.jsonl" 15 || { tail -30 "$tmp/log"; fail "the run did not start training"; }
+  rank1="$(pgrep -f "farm-learner.*run_dir=$tmp/run.*endpoint-1" || true)"
+  [ -n "$rank1" ] || fail "no rank 1 learner found"
+  kill "$signal" "$rank1"
+  start=$SECONDS
+  wait_until "$within" eval '! running "$farm"' ||
+    { tail -30 "$tmp/log"; fail "the launcher still runs $within s after kill $signal of rank 1"; }
+  wait "$farm" || rc=$?
+  echo "the launcher returned $rc after $((SECONDS - start)) s"
+  [ "$rc" -ne 0 ] || fail "the launcher reported success after kill $signal of rank 1"
+  grep -q "$line" "$tmp/log" || { tail -20 "$tmp/log"; fail "the launcher did not say '$line'"; }
+  grep -q "rank 0 of 2: .* failed" "$tmp/log" || { tail -20 "$tmp/log"; fail "rank 0 did not say its collective failed"; }
+  grep -q "checkpoint written: $tmp/run/checkpoints/" "$tmp/log" || { tail -20 "$tmp/log"; fail "rank 0 wrote no final checkpoint"; }
+  no_processes_left
 }
 
 case "$case_name" in
@@ -60,25 +89,8 @@ PY
     echo "ok: 2 ranks reached the target together"
     ;;
   kill)
-    "$root/scripts/farm" run "$root/configs/cartpole.yaml" --learners 2 --workers 2 --set "run_dir=$tmp/run" \
-      --set total_env_steps=100000000 --set stop_at_target=false --set learner.collective_timeout_s=10 \
-      --set learner.progress_interval_s=100 --set learner.checkpoint_every=10 > "$tmp/log" 2>&1 &
-    farm=$!
-    pids+=("$farm")
-    wait_until 90 has_rows "$tmp/run/metrics.jsonl" 15 || { tail -30 "$tmp/log"; fail "the run did not start training"; }
-    rank1="$(pgrep -f "farm-learner.*run_dir=$tmp/run.*endpoint-1" || true)"
-    [ -n "$rank1" ] || fail "no rank 1 learner found"
-    kill -9 "$rank1"
-    start=$SECONDS
-    wait_until 25 eval '! running "$farm"' || { tail -30 "$tmp/log"; fail "the launcher still runs 25 s after rank 1 was killed"; }
-    rc=0
-    wait "$farm" || rc=$?
-    echo "the launcher returned $rc after $((SECONDS - start)) s"
-    [ "$rc" -ne 0 ] || fail "the launcher reported success with rank 1 killed"
-    grep -q "learner rank 1 exited with status 137" "$tmp/log" || { tail -20 "$tmp/log"; fail "the launcher did not name rank 1"; }
-    grep -q "rank 0 of 2: .* failed" "$tmp/log" || { tail -20 "$tmp/log"; fail "rank 0 did not say its collective failed"; }
-    grep -q "checkpoint written: $tmp/run/checkpoints/" "$tmp/log" || { tail -20 "$tmp/log"; fail "rank 0 wrote no final checkpoint"; }
-    no_processes_left
+    # Rank 1 killed: rank 0 stops in order at once (rank 1's sockets close).
+    fault_on_rank1 -KILL 10 25 "learner rank 1 exited with status 137"
     before="$(summary updates)"
     # The whole group again, from rank 0's checkpoint, to a total within reach.
     steps="$(summary env_steps)"
@@ -92,6 +104,11 @@ PY
     [ "$after" -gt "$before" ] || fail "no update after --resume ($before -> $after)"
     no_processes_left
     echo "ok: rank 0 stopped in order after rank 1 was killed; --resume went from update $before to $after"
+    ;;
+  hang)
+    # Rank 1 frozen: rank 0's collective times out (5 s); the launcher stops the frozen rank 10 s after rank 0 left.
+    fault_on_rank1 -STOP 5 60 "learner rank 0 exited with status 1"
+    echo "ok: rank 0 stopped in order after rank 1 froze; the launcher stopped rank 1"
     ;;
   scale)
     "$root/scripts/farm" run "$root/configs/uav_coverage.yaml" --learners 2 --workers 16 --set "run_dir=$tmp/run" \
@@ -108,5 +125,5 @@ PY
     echo "ok: 2 ranks x 8 workers, none lost: $(summary env_steps_all_ranks) env steps, $(summary updates) updates"
     no_processes_left
     ;;
-  *) fail "unknown case '$case_name' (target, kill or scale)" ;;
+  *) fail "unknown case '$case_name' (target, kill, hang or scale)" ;;
 esac

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -229,6 +230,60 @@ TEST_CASE("two ranks update as one learner on the union of their data, with uneq
     CHECK(testing::RelativeDiff(AdamOf(*ranks[0], p0[i]).exp_avg(),
                                 AdamOf(single, single.policy()->parameters()[i]).exp_avg()) < 1e-4);
   }
+}
+
+TEST_CASE("two ranks with a GRU core and V-trace update as one learner on the union of their chunks", "[ranks]") {
+  // Chunks of 4 steps through the core, V-trace's targets from the policy at the update's start, advantage moments
+  // over both ranks; rank 1 has a third of rank 0's envs.
+  const int64_t T = 8, L = 4, envs0 = 6, envs1 = 2;
+  PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/2);
+  config.advantage = "vtrace";
+  PolicyOptions options;
+  options.core = CoreKind::kGru;
+  options.core_size = 8;
+  const auto make = [&](uint64_t seed) {
+    torch::manual_seed(seed);
+    return ActorCritic(Space::Box({kObsDim}, {-1}, {1}), Space::Discrete(4), std::vector<int>{16}, options);
+  };
+  torch::manual_seed(21);
+  const auto rollout = [&](int64_t envs, int64_t state_size) {
+    Rollout r;
+    r.obs = torch::randn({T, envs, kObsDim});
+    r.actions = torch::randint(4, {T, envs}, torch::kLong);
+    r.logp = torch::full({T, envs}, std::log(0.25f)) + 0.1f * torch::randn({T, envs});
+    r.values = torch::randn({T, envs});
+    r.rewards = torch::randn({T, envs});
+    r.dones = (torch::rand({T, envs}) < 0.2).to(torch::kFloat32);
+    r.last_value = torch::randn({envs});
+    r.core_states = 0.1f * torch::randn({T / L, envs, state_size});
+    r.bptt = L;
+    return r;
+  };
+  PpoTrainer single(make(1), config, 1);
+  const int64_t state_size = single.policy()->core_state_size();
+  const Rollout r0 = rollout(envs0, state_size), r1 = rollout(envs1, state_size);
+  Rollout both = Union(r0, r1);
+  both.core_states = torch::cat({r0.core_states, r1.core_states}, 1);
+  both.bptt = L;
+  std::vector<std::unique_ptr<PpoTrainer>> ranks;
+  ranks.push_back(std::make_unique<PpoTrainer>(make(1), config, 1));
+  ranks.push_back(std::make_unique<PpoTrainer>(make(2), config, 2));
+  const torch::Tensor initial = Flat(single);
+  const PpoStats want_stats = single.Update(both, 0.0);
+  std::vector<PpoStats> got(2);
+  RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
+    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, 1));
+    got[r] = ranks[r]->Update(r == 0 ? r0 : r1, 0.0);
+  });
+  const torch::Tensor want = Flat(single);
+  CHECK((want - initial).abs().max().item<double>() > 1e-3);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(testing::RelativeDiff(Flat(*ranks[r]), want) < 2e-5);
+    CHECK(got[r].vtrace);
+  }
+  CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
+  CHECK(got[0].samples + got[1].samples == want_stats.samples);
 }
 
 TEST_CASE("ranks stay bit-identical over many minibatches, empty ones and target_kl stops", "[ranks]") {

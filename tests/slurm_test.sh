@@ -8,7 +8,9 @@
 #  2. scancel of a long job mid-run: the job ends CANCELLED, the learner wrote a final checkpoint of its last
 #     update and a summary whose stop_reason names SIGTERM;
 #  3. one worker task killed (kill -9) inside the job: the learner drops it and trains on with the other to
-#     the run's step budget, and the job ends COMPLETED.
+#     the run's step budget, and the job ends COMPLETED;
+#  4. FARM_LEARNERS_PER_NODE=2: two learner ranks as one step of two tasks, the workers spread over them, train
+#     CartPole to its target with rank 0 writing the run.
 # Exit status 77 (said so) only when the daemons cannot run here (not root, or they exit at start).
 # Usage: slurm_test.sh BUILD_DIR
 build_dir="$(cd "$1" && pwd)"
@@ -177,3 +179,27 @@ assert s["env_steps"] >= 300000 and s["stop_reason"].startswith("reached total_e
 assert s["workers_lost"] == 1, s
 PY
 echo "ok: job $job survived a killed worker task and ended COMPLETED ($((SECONDS - t0)) s)"
+
+# 4. Two learner ranks in one job (FARM_LEARNERS_PER_NODE=2: a learner step of 2 tasks, ranks from Slurm's
+#    variables), the workers spread over them: trains CartPole to its target, rank 0 writing the run.
+t0=$SECONDS
+job="$(FARM_PORT="$(free_port)" FARM_RANK_PORT="$(free_port)" FARM_LEARNERS_PER_NODE=2 sbatch --parsable --nodes=1 \
+  --job-name=farm-ranks scripts/slurm/farm.sbatch configs/cartpole.yaml --set name=ranks)"
+jobs+=("$job")
+wait_state "$job" COMPLETED 300
+run="$(run_of ranks)"
+[ -n "$run" ] || fail "job $job left no runs/ranks-* in the submit directory"
+grep -q "2 learner ranks (2 on each of 1 nodes)" "farm-$job.out" || { cat "farm-$job.out"; fail "the script did not start 2 ranks"; }
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "env_steps_all_ranks", "world_size", "stop_reason")}))
+assert s["world_size"] == 2 and s["rank"] == 0, s
+assert "target_return" in s["stop_reason"], s["stop_reason"]
+assert s["ranks"][0]["checksum"] == s["ranks"][1]["checksum"], s["ranks"]
+assert all(r["workers"] >= 1 for r in s["ranks"]), s["ranks"]
+s1 = json.load(open(os.path.join(run, "ranks", "rank1", "summary.json")))
+assert s1["rank"] == 1 and s1["updates"] == s["updates"], (s1["updates"], s["updates"])
+PY
+echo "ok: job $job trained CartPole with 2 learner ranks and ended COMPLETED ($((SECONDS - t0)) s)"

@@ -15,6 +15,7 @@ enum Column : int64_t {
   kHandoff,
   kWorkers,
   kSps,
+  kUpdates,
   kUpdate,
   kAllreduceS,
   kAllreduceBytes,
@@ -45,6 +46,7 @@ RankAgreement Agree(RankGroup& group, const RankFigures& mine) {
   row[kHandoff] = mine.handoff_env_steps;
   row[kWorkers] = mine.workers;
   row[kSps] = mine.env_steps_per_s;
+  row[kUpdates] = mine.updates;
   row[kUpdate] = mine.update_seconds;
   row[kAllreduceS] = mine.allreduce_seconds;
   row[kAllreduceBytes] = mine.allreduce_bytes;
@@ -60,6 +62,7 @@ RankAgreement Agree(RankGroup& group, const RankFigures& mine) {
     f.handoff_env_steps = x[kHandoff];
     f.workers = x[kWorkers];
     f.env_steps_per_s = x[kSps];
+    f.updates = x[kUpdates];
     f.update_seconds = x[kUpdate];
     f.allreduce_seconds = x[kAllreduceS];
     f.allreduce_bytes = x[kAllreduceBytes];

@@ -33,8 +33,11 @@ struct RankFigures {
   double handoff_env_steps = 0;  // its env steps when the rollout being handed off began (the schedule's progress)
   double workers = 0;
   double env_steps_per_s = 0;
-  double update_seconds = 0;     // its last update
-  double allreduce_seconds = 0;  // in collectives during its last update
+  // This session's updates, the seconds they took, and the seconds and bytes of its collectives (agreements
+  // included; the seconds include waiting for slower ranks).
+  double updates = 0;
+  double update_seconds = 0;
+  double allreduce_seconds = 0;
   double allreduce_bytes = 0;
   double checksum = 0;           // its parameters' checksum after the last check (GradientReducer), low 48 bits
   int stop = kRankStopNone;

@@ -10,8 +10,11 @@
 #endif
 #define FARM_HAVE_GLOO 1
 #endif
-#if defined(FARM_WITH_CUDA) && __has_include(<nccl.h>) && !defined(USE_C10D_NCCL)
+#if defined(FARM_WITH_CUDA) && __has_include(<nccl.h>)
+#ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL 1
+#endif
+#define FARM_HAVE_NCCL 1
 #endif
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -20,7 +23,7 @@
 #ifdef FARM_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#ifdef USE_C10D_NCCL
+#ifdef FARM_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -114,7 +117,7 @@ Status ReadRankPlace(RankPlace* out) {
 }
 
 bool NcclBuilt() {
-#ifdef USE_C10D_NCCL
+#ifdef FARM_HAVE_NCCL
   return true;
 #else
   return false;
@@ -143,23 +146,31 @@ struct RankGroup::Impl {
 #else
   std::unique_ptr<NoGloo> gloo;
 #endif
-#ifdef USE_C10D_NCCL
+#ifdef FARM_HAVE_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
 #endif
   std::chrono::milliseconds timeout{0};
   bool device_cuda = false;
 
-  // The process group that takes `t`: NCCL for CUDA tensors where it is the backend, Gloo otherwise.
+  // The process group that takes `t`: NCCL for CUDA tensors where it is the backend; Gloo otherwise, a CUDA
+  // tensor through a CPU copy (one each way).
   template <class F>
-  void With(const torch::Tensor& t, F&& f) {
-#ifdef USE_C10D_NCCL
+  void With(torch::Tensor& t, F&& f) {
+#ifdef FARM_HAVE_NCCL
     if (nccl && t.is_cuda()) {
-      f(*nccl);
+      std::vector<torch::Tensor> ts{t};
+      f(*nccl, ts);
       return;
     }
 #endif
-    (void)t;
-    f(*gloo);
+    if (t.is_cuda()) {
+      std::vector<torch::Tensor> ts{t.to(torch::kCPU)};
+      f(*gloo, ts);
+      t.copy_(ts[0]);
+      return;
+    }
+    std::vector<torch::Tensor> ts{t};
+    f(*gloo, ts);
   }
 };
 
@@ -211,7 +222,7 @@ Status RankGroup::Create(const RankPlace& place, const RankGroupOptions& options
     }
     impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", impl->store),
                                                              place.rank, place.world_size, gloo_options);
-#ifdef USE_C10D_NCCL
+#ifdef FARM_HAVE_NCCL
     if (backend == "nccl") {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = impl->timeout;
@@ -241,26 +252,23 @@ void RankGroup::Run(const char* what, const std::function<void()>& call) {
 
 void RankGroup::AllReduceSum(torch::Tensor& t) {
   Run("all-reduce (sum)", [&] {
-    std::vector<torch::Tensor> ts{t};
-    impl_->With(t, [&](auto& pg) { pg.allreduce(ts)->wait(impl_->timeout); });
+    impl_->With(t, [&](auto& pg, std::vector<torch::Tensor>& ts) { pg.allreduce(ts)->wait(impl_->timeout); });
   });
 }
 
 void RankGroup::AllReduceMax(torch::Tensor& t) {
   Run("all-reduce (max)", [&] {
-    std::vector<torch::Tensor> ts{t};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MAX;
-    impl_->With(t, [&](auto& pg) { pg.allreduce(ts, options)->wait(impl_->timeout); });
+    impl_->With(t, [&](auto& pg, std::vector<torch::Tensor>& ts) { pg.allreduce(ts, options)->wait(impl_->timeout); });
   });
 }
 
 void RankGroup::Broadcast(torch::Tensor& t, int root) {
   Run("broadcast", [&] {
-    std::vector<torch::Tensor> ts{t};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    impl_->With(t, [&](auto& pg) { pg.broadcast(ts, options)->wait(impl_->timeout); });
+    impl_->With(t, [&](auto& pg, std::vector<torch::Tensor>& ts) { pg.broadcast(ts, options)->wait(impl_->timeout); });
   });
 }
 
