@@ -481,7 +481,7 @@ Status Learner::Run(nlohmann::json* summary) {
     m.inference.End();
     if (m.outcome.stopping && !m.trainer_busy()) {
       // Ranks: this rank's stop reaches the others through one last agreement (they stop at their next one).
-      if (m.NeedsFinalVote() && !m.ranks.vote_pending) {
+      if (m.NeedsFinalVote()) {
         spdlog::info("stopping ({}): telling the other ranks", m.outcome.stop_reason);
         m.SubmitVote();
         continue;

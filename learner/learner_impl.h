@@ -92,7 +92,6 @@ struct RankState {
   std::shared_ptr<RankGroup> group;  // null: a single learner
   RankAgreement last;                // the last agreement (rank 0 reports every rank's figures from it)
   bool agreed_stop = false;          // the ranks agreed to stop: no collective follows
-  bool vote_pending = false;         // a vote-only job is with the trainer
   ReducerTraffic traffic;            // the collectives of this session's jobs, added up
   int64_t updates = 0;               // this session's updates, and their seconds
   double update_seconds = 0;

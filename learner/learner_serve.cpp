@@ -335,14 +335,12 @@ void Learner::Impl::SubmitVote() {
                                                                              : kRankStopRequested);
   job.version = stats.version;
   TakeNormalizerForRanks(&job);
-  ranks.vote_pending = true;
   update.submitted_at = Clock::now();
   trainer->Submit(std::move(job));
 }
 
 // Ranks: what the agreement before a job said. Returns whether the job's update ran.
 bool Learner::Impl::OnAgreement(const TrainResult& r) {
-  ranks.vote_pending = false;
   if (r.updated && !r.rank_failed) {  // the updates' collectives (a vote's wait for the others is not an update's)
     ranks.traffic.calls += r.traffic.calls;
     ranks.traffic.bytes += r.traffic.bytes;

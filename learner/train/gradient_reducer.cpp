@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/tensorboard.h"  // Crc32c
 #include "learner/train/adam_state.h"
 
 namespace farm {
@@ -143,17 +144,10 @@ std::vector<double> GradientReducer::Sum(const std::vector<double>& values) {
 }
 
 int64_t GradientReducer::Checksum(const std::vector<torch::Tensor>& params) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const auto& p : params) {
-    const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-    for (size_t i = 0; i < n; ++i) {
-      h ^= bytes[i];
-      h *= 1099511628211ULL;
-    }
-  }
-  return static_cast<int64_t>(h & ((1ULL << 62) - 1));
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : params) flat.push_back(p.detach().to(torch::kCPU).reshape({-1}));
+  const torch::Tensor all = torch::cat(flat).contiguous();
+  return Crc32c(all.data_ptr(), static_cast<std::size_t>(all.numel()) * all.element_size());
 }
 
 void GradientReducer::CheckParameters(const std::vector<torch::Tensor>& params, int64_t update) {

@@ -57,7 +57,7 @@ class GradientReducer {
   // A checksum of `params` (their bytes), compared across ranks: throws RankError naming `update` and the ranks'
   // checksums' spread when they differ.
   void CheckParameters(const std::vector<torch::Tensor>& params, int64_t update);
-  // The checksum CheckParameters compares (FNV-1a over the parameters' bytes, 62 bits).
+  // The checksum CheckParameters compares: CRC-32C of the parameters' bytes, in order.
   static int64_t Checksum(const std::vector<torch::Tensor>& params);
 
   // Called by the trainer after each update (`update` counts from 1): the checksum every check_every updates.
