@@ -340,6 +340,11 @@ Status ValidateConfig(const FarmConfig& c) {
     return Status::InvalidArgument(fmt::format(
         "transport.worker_give_up_s: expected a value in (0, {}] (seconds, about 24.8 days), got {}", kMaxWorkerGiveUpS,
         c.transport.worker_give_up_s));
+  if (c.learner.sync_fraction > 0 && c.mode != "sync")
+    return Status::InvalidArgument(fmt::format(
+        "learner.sync_fraction ({}) preempts stragglers in mode: sync only (got mode: {}; in async mode a rank "
+        "acts on while its trainer waits); set learner.sync_fraction=0 or mode=sync",
+        c.learner.sync_fraction, c.mode));
   const auto& d = c.learner.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
     return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));
@@ -388,6 +393,11 @@ Status ValidateConfig(const FarmConfig& c) {
           "ppo.bptt ({}) must divide ppo.rollout_length ({}): the update trains through whole chunks of bptt steps "
           "(0, the default: the whole rollout)",
           c.ppo.bptt, c.ppo.rollout_length));
+    if (c.learner.sync_fraction > 0 && 2 * c.ppo.chunk_steps() > c.ppo.rollout_length)
+      return Status::InvalidArgument(fmt::format(
+          "learner.sync_fraction ({}) with ppo.core={} cuts rollouts at a chunk's start, so ppo.bptt must be at most "
+          "half of ppo.rollout_length ({}); got bptt {} (0: the whole rollout)",
+          c.learner.sync_fraction, c.ppo.core, c.ppo.rollout_length, c.ppo.bptt));
     if (c.ppo.fused_update == "on")
       return Status::InvalidArgument(fmt::format(
           "ppo.fused_update=on cannot train ppo.core={} (the fused update knows only feed-forward MLPs); use "

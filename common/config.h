@@ -176,10 +176,13 @@ struct LearnerConfig {
   // where the LibTorch build has it, Gloo otherwise) | gloo | nccl. collective_timeout_s: the rendezvous and each
   // collective wait at most this long for the other ranks (a rank that died or hung stops the others in order
   // after it). rank_check_every: the ranks compare a checksum of their parameters every this many updates (0:
-  // never); a difference stops the run naming the update.
+  // never); a difference stops the run naming the update. sync_fraction (sync mode; 0: off): DD-PPO's preemption
+  // of stragglers: once this fraction of the ranks has a full rollout, the others end theirs at the step they have
+  // reached, if that is at least a quarter of ppo.rollout_length (DD-PPO uses 0.6).
   std::string dist_backend = "auto";
   double collective_timeout_s = 300;
   int rank_check_every = 10;
+  double sync_fraction = 0;
 
   template <class V> void visit(V& v) {
     v("device", device);
@@ -205,6 +208,7 @@ struct LearnerConfig {
     v("dist_backend", dist_backend, Rule::OneOf({"auto", "gloo", "nccl"}));
     v("collective_timeout_s", collective_timeout_s, Rule::Positive());
     v("rank_check_every", rank_check_every, Rule::AtLeast(0));
+    v("sync_fraction", sync_fraction, Rule::Between(0, 1));
   }
 };
 

@@ -46,7 +46,8 @@ std::string PreviousLearnerBind(const FarmConfig& config) {
 // torchrun's or Slurm's environment (learner/train/rank_group.h): with more than one rank, the rendezvous, and this
 // rank's device (cuda:LOCAL_RANK for a CUDA learner.device without an index), port (a fixed transport.bind port
 // plus LOCAL_RANK) and run directory (rank 0's; the other ranks write their logs under its ranks/rankR).
-Status JoinRanks(FarmConfig* config, std::shared_ptr<RankGroup>* out) {
+Status JoinRanks(FarmConfig* config, std::shared_ptr<RankGroup>* out,
+                 std::unique_ptr<RolloutPreemption>* preemption) {
   RankPlace place;
   if (auto s = ReadRankPlace(&place); !s.ok()) return Status::InvalidArgument("learner ranks: " + s.message());
   if (place.world_size <= 1) return Status::Ok();
@@ -73,6 +74,14 @@ Status JoinRanks(FarmConfig* config, std::shared_ptr<RankGroup>* out) {
   std::unique_ptr<RankGroup> group;
   if (auto s = RankGroup::Create(place, options, &group); !s.ok()) return s;
   spdlog::info("rank {} of {}: every rank joined; collectives over {}", place.rank, place.world_size, group->backend());
+  if (config->learner.sync_fraction > 0) {
+    if (auto s = RolloutPreemption::Create(place, config->learner.sync_fraction, config->learner.collective_timeout_s,
+                                           preemption);
+        !s.ok())
+      return s;
+    spdlog::info("rank {}: once {} of {} ranks have a full rollout the others end theirs (learner.sync_fraction {})",
+                 place.rank, (*preemption)->needed(), place.world_size, config->learner.sync_fraction);
+  }
   std::shared_ptr<RankGroup> shared(std::move(group));
   if (place.rank > 0) {
     std::string root;
@@ -138,9 +147,11 @@ Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) 
   // Several ranks (torchrun's or Slurm's environment): the rendezvous first, then each rank's own device, port and
   // run directory (rank 0's; the others' under it).
   std::shared_ptr<RankGroup> group;
-  if (auto s = JoinRanks(&resolved, &group); !s.ok()) return s;
+  std::unique_ptr<RolloutPreemption> preemption;
+  if (auto s = JoinRanks(&resolved, &group, &preemption); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(resolved);
   impl->ranks.group = group;
+  impl->ranks.preemption = std::move(preemption);
   Status init = impl->Init();
   if (group && group->rank() == 0) {
     // The other ranks wait for rank 0's run directory (empty: rank 0 could not start, and neither can they).
@@ -432,9 +443,20 @@ nlohmann::json Learner::Impl::Summary() const {
                      {"allreduce_seconds_per_update", f.allreduce_seconds / n},
                      {"allreduce_bytes_per_update", f.allreduce_bytes / n},
                      {"allreduce_share_of_update", f.update_seconds > 0 ? f.allreduce_seconds / f.update_seconds : 0.0},
-                     {"checksum", f.checksum}});
+                     {"checksum", f.checksum},
+                     // learner.sync_fraction: rollouts this rank ended early, and their mean length.
+                     {"rollouts", f.rollouts},
+                     {"cut_rollouts", f.cut_rollouts},
+                     {"cut_mean_length", f.cut_rollouts > 0 ? f.cut_steps / f.cut_rollouts : 0.0}});
     }
     s["ranks"] = per;
+    if (ranks.preemption) {
+      const auto& c = collector.has_store() ? collector.store().copy_stats() : TrajectoryStore::CopyStats{};
+      s["sync_fraction"] = {{"fraction", config.learner.sync_fraction},
+                            {"ranks_needed", ranks.preemption->needed()},
+                            {"cut_rollouts", c.cut_takes},
+                            {"cut_dropped_row_steps", c.cut_dropped_rows}};
+    }
   }
   return s;
 }
@@ -518,7 +540,7 @@ Status Learner::Run(nlohmann::json* summary) {
     } else if (m.trainer && o.start_failure.ok() && !m.writes_checkpoints()) {
       spdlog::info("no final checkpoint from rank {}: rank 0 writes the run's checkpoints", m.ranks.group->rank());
     } else if (m.trainer && o.start_failure.ok()) {
-      const TrainingCounters c{m.stats.env_steps, m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
+      const TrainingCounters c{m.RunEnvSteps(), m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
                                m.stats.Wall()};
       std::string path;
       final_attempted = true;

@@ -46,6 +46,7 @@
 #include "learner/serve/rollout_collector.h"
 #include "learner/serve/router_loop.h"
 #include "learner/serve/work.h"
+#include "learner/train/rollout_preemption.h"
 #include "learner/serve/worker_registry.h"
 #include "learner/train/critic_watch.h"
 #include "learner/train/gradient_reducer.h"
@@ -98,6 +99,9 @@ struct RankState {
   int64_t last_checksum = 0;         // this rank's parameter checksum at the last check
   int stop_bits = kRankStopNone;     // why this rank stops, for its vote (a stop request when none is set)
   bool stop_from_cancel = false;     // stopping because another rank cut the update short: its reason comes later
+  // learner.sync_fraction (null: off): ends this rank's rollout early once enough ranks have a full one.
+  std::unique_ptr<RolloutPreemption> preemption;
+  int64_t rollouts = 0;              // rollouts handed to the trainer this session: the preemption's index
 };
 
 // The update in flight and how updates run (inference thread).
@@ -168,6 +172,8 @@ struct Learner::Impl {
   void RecordInputs(const std::vector<Work*>& steps, bool hold);
   void Respond(std::vector<Work*>& steps, const Acting::Output& out, bool hold);
   void MaybeHandOff();
+  // learner.sync_fraction: the length to cut this rank's rollout at now (0: not now).
+  int64_t PreemptedLength();
   void ReleaseParked();
   void CheckStop();
   void CheckWorkers();
@@ -196,6 +202,13 @@ struct Learner::Impl {
   bool writes_checkpoints() const { return !ranks.group || ranks.group->rank() == 0; }
   bool NeedsFinalVote() const {
     return ranks.group && trainer && !ranks.agreed_stop && outcome.rank_failure.ok();
+  }
+  // The run's env steps: with ranks, every rank's as of the last agreement plus this rank's since (checkpoints
+  // count these; a resumed rank starts from its share, RankShare).
+  int64_t RunEnvSteps() const {
+    if (!ranks.group || ranks.last.ranks.empty()) return stats.env_steps;
+    const double mine_then = ranks.last.ranks[static_cast<size_t>(ranks.group->rank())].env_steps;
+    return static_cast<int64_t>(ranks.last.env_steps - mine_then) + stats.env_steps;
   }
   void SubmitVote();
   void TakeNormalizerForRanks(TrainJob* job);

@@ -248,8 +248,9 @@ Status Learner::Impl::CheckMemoryWith(int64_t added_rows, const std::string& wha
 // wall time) and run state (random generators, episode window, when the target was reached, the normaliser).
 // What an older checkpoint lacks starts afresh, with a warning.
 void Learner::Impl::RestoreProgress(const TrainingCounters& c, const RunState& state) {
-  stats.env_steps = c.env_steps;
-  update.handoff_env_steps = c.env_steps;  // the schedule goes on from here
+  // The checkpoint counts the run's env steps; with ranks each takes its share, so that they add up to it again.
+  stats.env_steps = ranks.group ? RankShare(c.env_steps, ranks.group->rank(), ranks.group->size()) : c.env_steps;
+  update.handoff_env_steps = stats.env_steps;  // the schedule goes on from here
   stats.updates = c.updates;
   stats.version = c.policy_version;
   stats.set_wall_offset(c.wall_seconds);

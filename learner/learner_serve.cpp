@@ -260,15 +260,43 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
   ShowProgress(false);
 }
 
+int64_t Learner::Impl::PreemptedLength() {
+  if (!ranks.preemption || !recording || !collector.has_store() || trainer_busy() || outcome.stopping) return 0;
+  const TrajectoryStore& store = collector.store();
+  const int64_t T = store.rollout_length();
+  if (store.all_full()) return 0;
+  const int64_t length = store.CutLength(config.ppo.core != "none" ? config.ppo.chunk_steps() : 1);
+  // DD-PPO's floor: at least a quarter of the rollout, so that a slow rank still brings its share of samples.
+  if (length >= T || 4 * length < T) return 0;
+  bool ready = false;
+  if (auto s = ranks.preemption->OthersReady(ranks.rollouts, &ready); !s.ok()) {
+    spdlog::error("{}", s.message());
+    if (outcome.rank_failure.ok()) outcome.rank_failure = s;
+    outcome.stop_reason = s.message();
+    outcome.stopping = true;
+    return 0;
+  }
+  return ready ? length : 0;
+}
+
 void Learner::Impl::MaybeHandOff() {
-  if (!collector.CanHandOff(trainer_busy(), outcome.stopping)) return;
+  int64_t length = 0;  // a full rollout
+  if (!collector.CanHandOff(trainer_busy(), outcome.stopping)) {
+    length = PreemptedLength();
+    if (length == 0) return;
+  } else if (ranks.preemption) {
+    if (auto s = ranks.preemption->MarkFull(ranks.rollouts); !s.ok()) spdlog::warn("{} (this rank's rollout is "
+                                                                                 "not counted; others may wait for it)",
+                                                                                 s.message());
+  }
   ActivityScope busy(inference, "taking a rollout for the trainer");
   const RunSpec& spec = registry.run();
   TrainJob job;
   LagStats lag;
   const std::vector<int64_t> state_shape =
       spec.global_state && acting->policy()->has_global_state() ? spec.global_state->shape : std::vector<int64_t>{};
-  job.rollout = collector.store().Take(spec.observation.shape, stats.version, &lag, state_shape);
+  job.rollout = collector.store().Take(spec.observation.shape, stats.version, &lag, state_shape, length);
+  ++ranks.rollouts;
   if (state_shape.empty()) {
     job.rollout.states = torch::Tensor();  // a critic on the observation (init_from) trains without states
     job.rollout.rows_per_state = 1;        // units of one row: minibatches need not keep an env's agents
@@ -314,6 +342,11 @@ RankFigures Learner::Impl::Figures(int stop_bits) const {
   f.allreduce_seconds = ranks.traffic.seconds;
   f.allreduce_bytes = static_cast<double>(ranks.traffic.bytes);
   f.checksum = static_cast<double>(ranks.last_checksum & ((int64_t{1} << 48) - 1));
+  f.rollouts = static_cast<double>(ranks.rollouts);
+  if (collector.has_store()) {
+    f.cut_rollouts = static_cast<double>(collector.store().copy_stats().cut_takes);
+    f.cut_steps = static_cast<double>(collector.store().copy_stats().cut_steps);
+  }
   f.stop = stop_bits;
   return f;
 }

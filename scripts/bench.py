@@ -34,22 +34,54 @@ Cases (--cases, comma-separated; default all):
               budgets: final and best 100-episode mean, steps and seconds to the
               target, farm-eval's deterministic mean (scripts/bench_learning.py;
               --learning-envs picks the envs, --plot-dir draws the seeds' curves)
+  ranks       data-parallel learner ranks: 1 rank against 2 with the same workers
+              (CartPole mlp, uav_coverage mlp and cnn): env steps/s, and the
+              all-reduce's bytes, seconds and share per update
+  stragglers  learner.sync_fraction: 2 CartPole ranks, rank 1's worker held to a
+              quarter of the time, without preemption and with sync_fraction 0.5
+              over the same seeds: env steps/s, updates/s, rank 1's cut rollouts
 """
 import argparse
 import json
 import os
 import platform
 import statistics
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "recurrent", "encoders",
-         "learning", "ranks"]
-SLOW_CASES = ("scale", "python", "encoders", "learning", "ranks")  # minutes each: run only when named
+         "learning", "ranks", "stragglers"]
+SLOW_CASES = ("scale", "python", "encoders", "learning", "ranks", "stragglers")  # minutes each: run only when named
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def hold_back_worker(run_dir, launcher, index, run_s, stop_s):
+    """Worker `index` of the run in run_dir runs run_s of every run_s + stop_s seconds until it (or the launcher)
+    exits."""
+    pid = None
+    while launcher.poll() is None and pid is None:
+        found = subprocess.run(["pgrep", "-f", f"farm-worker.*run_dir={run_dir} .*--index {index}( |$)"],
+                               capture_output=True, text=True).stdout.split()
+        pid = int(found[0]) if found else None
+        time.sleep(0.1)
+    while pid is not None and launcher.poll() is None:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stop_s)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(run_s)
+        except ProcessLookupError:
+            return
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 def python_with_worker_deps():
@@ -83,9 +115,10 @@ class Bench:
                              capture_output=True, text=True).stdout
         return json.loads(out.strip().splitlines()[-1])
 
-    def farm_run(self, config, workers, overrides, worker_stats=False, timeout=900, learners=1):
+    def farm_run(self, config, workers, overrides, worker_stats=False, timeout=900, learners=1, throttle=None):
         """Runs scripts/farm run (with `learners` ranks); returns (summary of rank 0, metrics rows, worker stats list,
-        wall seconds incl. start-up, launch time)."""
+        wall seconds incl. start-up, launch time). throttle (index, run_s, stop_s): worker `index` runs run_s of
+        every run_s + stop_s seconds (SIGSTOP, SIGCONT) until it exits: a straggler."""
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = os.path.join(tmp, "run")
             env = dict(os.environ, FARM_BUILD_DIR=self.build)
@@ -96,7 +129,15 @@ class Bench:
             for o in overrides:
                 cmd += ["--set", o]
             launch = time.time()
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            if throttle is None:
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            else:
+                with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+                    holder = threading.Thread(target=hold_back_worker, args=(run_dir, p, *throttle), daemon=False)
+                    holder.start()
+                    out, err = p.communicate(timeout=timeout)
+                    holder.join()
+                    proc = subprocess.CompletedProcess(cmd, p.returncode, out, err)
             wall = time.time() - launch
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -397,6 +438,46 @@ class Bench:
                 two["speedup_over_one_rank"] = two["env_steps_per_second"] / one["env_steps_per_second"]
         return {"cores": cores, "gpu": gpu, "table": table}
 
+    def stragglers(self):
+        """learner.sync_fraction, DD-PPO's preemption of stragglers: CartPole at 2 ranks x 1 worker, rank 1's worker
+        held to a quarter of the time (10 ms of every 40), without preemption and with sync_fraction 0.5, the same
+        seeds: env steps/s over both ranks, updates/s, and how rank 1's rollouts were cut. A short update (2 epochs)
+        and rollouts of 128 steps, so that collecting, not updating, is what the straggler slows."""
+        secs = 15 if self.quick else 25
+        table = []
+        for fraction in (0.0, 0.5):
+            runs = []
+            for seed in range(1, self.repeats + 1):
+                overrides = ["stop_at_target=false", "total_env_steps=1000000000000", f"max_wall_seconds={secs}",
+                             f"seed={seed}", "ppo.update_epochs=2", "ppo.rollout_length=128",
+                             f"learner.sync_fraction={fraction}", "learner.threads=1"]
+                try:
+                    summary, _, _, _, _ = self.farm_run(os.path.join(ROOT, "configs", "cartpole.yaml"), 2, overrides,
+                                                        timeout=secs + 300, learners=2, throttle=(1, 0.01, 0.03))
+                except RuntimeError as e:
+                    log(f"stragglers sync_fraction={fraction}: failed: {e}")
+                    continue
+                wall = summary["wall_seconds"]
+                r1 = summary["ranks"][1]
+                runs.append({"seed": seed, "env_steps_per_second": summary["env_steps_all_ranks"] / wall,
+                             "updates_per_second": summary["updates"] / wall,
+                             "rank1_cut_share": r1["cut_rollouts"] / max(1.0, r1["rollouts"]),
+                             "rank1_cut_mean_length": r1["cut_mean_length"],
+                             "rank_sps": [r["sps"] for r in summary["ranks"]]})
+            if not runs:
+                table.append({"sync_fraction": fraction, "error": "every run failed"})
+                continue
+            row = {"sync_fraction": fraction, "seconds": secs, "runs": runs}
+            for key in ("env_steps_per_second", "updates_per_second", "rank1_cut_share", "rank1_cut_mean_length"):
+                row[key] = median([r[key] for r in runs])
+            table.append(row)
+            log(f"stragglers sync_fraction={fraction}: {row['env_steps_per_second']:,.0f} env steps/s, "
+                f"{row['updates_per_second']:.2f} updates/s, rank 1's rollouts cut {100 * row['rank1_cut_share']:.0f} %"
+                f" (mean length {row['rank1_cut_mean_length']:.1f} of 128)")
+        if len(table) == 2 and all("error" not in r for r in table):
+            table[1]["speedup"] = table[1]["env_steps_per_second"] / table[0]["env_steps_per_second"]
+        return {"table": table}
+
     def learning(self, envs, plot_dir):
         """scripts/bench_learning.py: its JSON, and its printed table to show under this suite's."""
         with tempfile.TemporaryDirectory() as tmp:
@@ -591,6 +672,9 @@ def main():
     if "ranks" in cases:
         log("ranks")
         result["ranks"] = b.ranks(gpu=args.gpu)
+    if "stragglers" in cases:
+        log("stragglers")
+        result["stragglers"] = b.stragglers()
     if "recurrent" in cases:
         log("recurrent")
         result["recurrent"] = b.recurrent(workers)
@@ -662,6 +746,15 @@ def main():
                   f"{row.get('speedup_over_one_rank', 1.0):>9.2f} {row['update_seconds_per_update'] * 1e3:>10.1f} "
                   f"{row['allreduce_bytes_per_update'] / 1e6:>14.2f} {row['allreduce_seconds_per_update'] * 1e3:>12.1f} "
                   f"{100 * row['allreduce_share_of_update']:>5.0f} %")
+    if "stragglers" in result:
+        print("  stragglers        sync_fraction  env steps/s  updates/s  speed-up  rank 1 cut  mean length")
+        for row in result["stragglers"]["table"]:
+            if "error" in row:
+                print(f"    {row['sync_fraction']:>27}  failed")
+                continue
+            print(f"    {row['sync_fraction']:>27} {fmt(row['env_steps_per_second']):>12} {row['updates_per_second']:>10.2f}"
+                  f" {row.get('speedup', 1.0):>9.2f} {100 * row['rank1_cut_share']:>10.0f} % "
+                  f"{row['rank1_cut_mean_length']:>11.1f}")
     if "python" in result:
         p = result["python"]
         print(f"  python worker     us per env step, pure / numpy: 4 floats {p['paths']['cue_4_floats_pure']['us_per_env_step']:.1f}"

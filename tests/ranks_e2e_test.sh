@@ -12,6 +12,9 @@
 #             it stops in order with its final checkpoint, and the launcher stops the frozen rank, returning non-zero.
 #   scale     uav_coverage, 2 ranks x 8 workers for 60 s (max_wall_seconds): no worker lost on either rank, both
 #             stop together.
+#   straggler CartPole, 2 ranks x 1 worker with learner.sync_fraction 0.5, rank 1's worker held to a quarter of the
+#             time (SIGSTOP/SIGCONT): rank 0's full rollouts end rank 1's early (at least a quarter of
+#             ppo.rollout_length), rank 0's are whole, and the ranks stay identical (checksums, updates).
 # Usage: ranks_e2e_test.sh BUILD_DIR CASE
 build_dir="$1"
 case_name="$2"
@@ -98,6 +101,10 @@ PY
     "$root/scripts/farm" run --resume "$tmp/run" --learners 2 --workers 2 --set "total_env_steps=$total" \
       --set learner.collective_timeout_s=10 > "$tmp/log2" 2>&1 || { tail -30 "$tmp/log2"; fail "--resume failed"; }
     grep -q "resumed $tmp/run/checkpoints/ckpt-" "$tmp/log2" || fail "the ranks did not resume from rank 0's checkpoint"
+    # The checkpoint counts the run's env steps over both ranks, not rank 0's alone; each rank resumes with half.
+    resumed_at="$(sed -n 's/.*resuming .*: \([0-9]*\) env steps,.*/\1/p' "$tmp/log2" | head -1)"
+    [ -n "$resumed_at" ] && [ "$resumed_at" -ge $((steps * 3 / 2)) ] ||
+      fail "the checkpoint counts '$resumed_at' env steps, not the run's over both ranks (rank 0's own: $steps)"
     after="$(summary updates)"
     reason="$(summary stop_reason)"
     [[ "$reason" == *"total_env_steps ($total) over 2 ranks"* ]] || fail "the resumed run stopped for '$reason'"
@@ -125,5 +132,37 @@ PY
     echo "ok: 2 ranks x 8 workers, none lost: $(summary env_steps_all_ranks) env steps, $(summary updates) updates"
     no_processes_left
     ;;
-  *) fail "unknown case '$case_name' (target, kill, hang or scale)" ;;
+  straggler)
+    "$root/scripts/farm" run "$root/configs/cartpole.yaml" --learners 2 --workers 2 --set "run_dir=$tmp/run" \
+      --set total_env_steps=100000000 --set stop_at_target=false --set max_wall_seconds=30 \
+      --set learner.sync_fraction=0.5 --set learner.progress_interval_s=100 > "$tmp/log" 2>&1 &
+    farm=$!
+    pids+=("$farm")
+    worker1=""
+    wait_until 90 eval 'worker1="$(pgrep -f "farm-worker.*run_dir=$tmp/run.*--index 1" || true)"; [ -n "$worker1" ]' ||
+      { tail -30 "$tmp/log"; fail "no worker of rank 1 found"; }
+    # Rank 1's worker runs 10 ms of every 40 until it exits.
+    ( while kill -STOP "$worker1" 2>/dev/null; do sleep 0.03; kill -CONT "$worker1" 2>/dev/null || break; sleep 0.01; done ) &
+    pids+=("$!")
+    wait "$farm" || { tail -40 "$tmp/log"; fail "the run failed"; }
+    python3 - "$tmp/run/summary.json" "$tmp/run/ranks/rank1/summary.json" <<'PY' || fail "rank 1's rollouts were not cut as expected"
+import json, sys
+s0, s1 = (json.load(open(p)) for p in sys.argv[1:])
+r0, r1 = s0["ranks"]
+T = 32  # configs/cartpole.yaml's ppo.rollout_length
+assert r0["checksum"] == r1["checksum"] and r0["checksum"] != 0, (r0, r1)
+assert s0["updates"] == s1["updates"] and s0["updates"] >= 10, (s0["updates"], s1["updates"])
+assert s0["sync_fraction"]["ranks_needed"] == 1, s0["sync_fraction"]
+assert r1["cut_rollouts"] >= 0.5 * r1["rollouts"] and r1["cut_rollouts"] >= 5, r1
+assert r0["cut_rollouts"] <= 0.2 * r0["rollouts"], r0
+assert T / 4 <= r1["cut_mean_length"] < T, r1
+assert s1["sync_fraction"]["cut_dropped_row_steps"] >= 0, s1["sync_fraction"]
+print(f"rank 1 cut {r1['cut_rollouts']:.0f} of {r1['rollouts']:.0f} rollouts (mean length {r1['cut_mean_length']:.1f} "
+      f"of {T}), rank 0 {r0['cut_rollouts']:.0f} of {r0['rollouts']:.0f}; {s0['updates']} updates, "
+      f"{s0['env_steps_all_ranks']:.0f} env steps, env steps/s {r0['sps']:.0f} and {r1['sps']:.0f}")
+PY
+    no_processes_left
+    echo "ok: the straggler's rollouts were cut"
+    ;;
+  *) fail "unknown case '$case_name' (target, kill, hang, scale or straggler)" ;;
 esac

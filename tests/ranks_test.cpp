@@ -30,6 +30,7 @@
 #include "learner/train/gradient_reducer.h"
 #include "learner/train/ppo.h"
 #include "learner/train/rank_group.h"
+#include "learner/train/rollout_preemption.h"
 #include "tests/ppo_test_util.h"
 
 // LibTorch includes glog, whose one-argument CHECK would silently replace Catch's: include Catch last.
@@ -93,9 +94,13 @@ Rollout Union(const Rollout& a, const Rollout& b) {
   return r;
 }
 
+// The rendezvous port of the last RunRanks (its store serves other clients too: RolloutPreemption).
+int last_port = 0;
+
 // Runs `body(rank, group)` on `world` threads joined by a Gloo group on the loopback; rethrows the first error.
 void RunRanks(int world, double timeout_s, const std::function<void(int, std::shared_ptr<RankGroup>)>& body) {
   const int port = FreePort();
+  last_port = port;
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -408,6 +413,80 @@ TEST_CASE("diverged parameters and a rank that stops calling are errors that nam
     CHECK_THAT(error, Catch::Contains("rank 0 of 2: all-reduce (sum) failed"));
     CHECK(waited < 3.5);  // the 2 s timeout, not rank 1's 4 s
   }
+}
+
+TEST_CASE("a resumed rank's share of the run's env steps adds up to them", "[ranks]") {
+  CHECK(RankShare(7, 0, 3) == 3);
+  CHECK(RankShare(7, 1, 3) == 2);
+  CHECK(RankShare(7, 2, 3) == 2);
+  CHECK(RankShare(8, 1, 2) == 4);
+  CHECK(RankShare(5, 0, 1) == 5);
+  int64_t sum = 0;
+  for (int r = 0; r < 5; ++r) sum += RankShare(123456789, r, 5);
+  CHECK(sum == 123456789);
+}
+
+TEST_CASE("sync_fraction: the share of ranks whose full rollouts end the others'", "[ranks]") {
+  CHECK(RolloutPreemption::NeededRanks(0.5, 2) == 1);
+  CHECK(RolloutPreemption::NeededRanks(1.0, 2) == 2);
+  CHECK(RolloutPreemption::NeededRanks(0.6, 5) == 3);  // DD-PPO's 0.6
+  CHECK(RolloutPreemption::NeededRanks(0.75, 4) == 3);
+  CHECK(RolloutPreemption::NeededRanks(0.01, 8) == 1);
+  CHECK(RolloutPreemption::NeededRanks(0.51, 2) == 2);
+  // Two ranks counting full rollouts in the rendezvous store: rank 1 learns when rank 0's is full, for that index
+  // only; with sync_fraction 1 it takes both.
+  std::vector<std::vector<int>> seen(2);
+  RunRanks(2, 30, [&](int r, std::shared_ptr<RankGroup> group) {
+    RankPlace place;
+    place.rank = r;
+    place.world_size = 2;
+    place.master_addr = "127.0.0.1";
+    place.master_port = last_port;
+    std::unique_ptr<RolloutPreemption> half, all;
+    REQUIRE(RolloutPreemption::Create(place, 0.5, 30, &half).ok());
+    REQUIRE(RolloutPreemption::Create(place, 1.0, 30, &all).ok());
+    const auto poll = [](RolloutPreemption& p, int64_t index) {
+      std::this_thread::sleep_for(RolloutPreemption::kPollInterval * 2);
+      bool ready = false;
+      REQUIRE(p.OthersReady(index, &ready).ok());
+      return ready ? 1 : 0;
+    };
+    group->Barrier();
+    if (r == 1) seen[r].push_back(poll(*half, 0));  // nobody full yet
+    group->Barrier();
+    if (r == 0) {
+      REQUIRE(half->MarkFull(0).ok());
+      REQUIRE(all->MarkFull(7).ok());
+    }
+    group->Barrier();
+    if (r == 1) {
+      seen[r].push_back(poll(*half, 0));  // rank 0's is full
+      seen[r].push_back(poll(*half, 1));  // not the next one
+      seen[r].push_back(poll(*all, 7));   // one of two is not enough
+      REQUIRE(all->MarkFull(7).ok());
+      seen[r].push_back(poll(*all, 7));
+    }
+    group->Barrier();
+  });
+  CHECK(seen[1] == std::vector<int>{0, 1, 0, 0, 1});
+}
+
+TEST_CASE("sync_fraction is refused where it cannot work, naming the keys", "[ranks]") {
+  FarmConfig c;
+  c.learner.sync_fraction = 0.6;
+  CHECK(ValidateConfig(c).ok());
+  c.mode = "async";
+  CHECK_THAT(ValidateConfig(c).message(), Catch::Contains("learner.sync_fraction (0.6) preempts stragglers in mode: sync"));
+  c.mode = "sync";
+  c.ppo.core = "gru";
+  c.ppo.rollout_length = 64;
+  c.ppo.bptt = 0;
+  CHECK_THAT(ValidateConfig(c).message(), Catch::Contains("ppo.bptt must be at most half of ppo.rollout_length (64)"));
+  c.ppo.bptt = 32;
+  CHECK(ValidateConfig(c).ok());
+  FarmConfig bad;
+  CHECK_THAT(ParseConfig("learner:\n  sync_fraction: 1.5\n", "test", &bad).message(),
+             Catch::Contains("learner.sync_fraction"));
 }
 
 }  // namespace

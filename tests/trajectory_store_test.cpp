@@ -327,3 +327,104 @@ TEST_CASE("observations and states written ahead through NextStepInputs give the
   CHECK(torch::equal(ra.rewards, rp.rewards));
   CHECK(rp.obs[2][5][2].item<float>() == 221);  // step 2, group b (10), its row 3 (column 5), element 2: 200 + 10 + 3 * 3 + 2
 }
+
+// learner.sync_fraction: a rank ends its rollout early. Group a has 5 whole steps, b 3 and a fourth pending (its
+// outcome still to come), c all 8 and its bootstrap: every group has a value recorded at step 3, so the rollout can
+// be cut there. Each group bootstraps from its own value at step 3, the steps past the cut are counted as left out,
+// and b's outcome for its pending step is dropped when it comes.
+TEST_CASE("a rollout cut early bootstraps every group from its value at the cut", "[store]") {
+  TrajectoryStore store(/*T=*/8, /*obs_numel=*/1, Space::Discrete(3));
+  const int a = store.AddGroup(1);
+  const int b = store.AddGroup(2);
+  const int c = store.AddGroup(1);
+  CHECK(store.CutLength(1) == 0);  // nobody has acted
+  const int64_t act[] = {1, 2};
+  const float lp[] = {-0.5f, -0.5f}, rew[] = {1, 1};
+  auto step = [&](int g, int t, bool complete) {
+    const float obs[] = {100.0f * g + t, 100.0f * g + t + 0.5f};
+    const float v[] = {10.0f * g + t, 10.0f * g + t + 0.5f};
+    if (complete) {
+      StepWithoutEnding(store, g, obs, act, lp, v, rew);
+    } else {
+      store.RecordStep(g, obs, act, lp, v, 0);
+    }
+  };
+  for (int t = 0; t < 5; ++t) step(a, t, true);
+  for (int t = 0; t < 3; ++t) step(b, t, true);
+  step(b, 3, false);
+  for (int t = 0; t < 8; ++t) step(c, t, true);
+  const float boot_c[] = {-7};
+  store.SetBootstrap(c, boot_c);
+
+  // Values recorded: a's at steps 0..4 (its step 4 is complete; a cut at 5 would need the value of step 5), b's at
+  // 0..3 (its pending step), c's everywhere.
+  CHECK(store.CutLength(1) == 3);
+  CHECK(store.CutLength(2) == 2);
+  CHECK(store.CutLength(3) == 3);
+  LagStats lag;
+  CHECK_THROWS_WITH(store.Take({1}, 0, &lag, {}, 4), Catch::Contains("at 3 at most"));
+  const Rollout r = store.Take({1}, /*current_version=*/0, &lag, {}, /*length=*/3);
+  REQUIRE(r.obs.sizes() == torch::IntArrayRef({3, 4, 1}));
+  REQUIRE(r.values.sizes() == torch::IntArrayRef({3, 4}));
+  CHECK(r.obs[2][0][0].item<float>() == 2);       // a, step 2
+  CHECK(r.obs[1][2][0].item<float>() == 101.5f);  // b's second row, step 1
+  CHECK(r.obs[2][3][0].item<float>() == 202);     // c, step 2
+  CHECK(r.last_value[0].item<float>() == 3);      // a's value at step 3
+  CHECK(r.last_value[1].item<float>() == 13);     // b's, from its pending step
+  CHECK(r.last_value[2].item<float>() == 13.5f);
+  CHECK(r.last_value[3].item<float>() == 23);     // c's at step 3, not its bootstrap at 8
+  CHECK(lag.counts.at(0) == 12);
+  const auto& stats = store.copy_stats();
+  CHECK(stats.cut_takes == 1);
+  CHECK(stats.cut_steps == 3);
+  CHECK(stats.cut_dropped_rows == (5 - 3) * 1 + (4 - 3) * 2 + (8 - 3) * 1);
+  CHECK(store.steps(a) == 0);
+  CHECK(store.steps(b) == 0);
+  CHECK_FALSE(store.pending(b));
+
+  // b's outcome for its step 3 comes now: dropped, as is a truncation bonus on it. Its next step starts the rollout.
+  const uint8_t no[] = {0, 0};
+  const float late[] = {50, 50};
+  store.RecordOutcome(b, late, no, no);
+  store.AddReward(b, 0, 1000.0f);
+  CHECK(store.steps(b) == 0);
+  CHECK_FALSE(store.pending(b));
+  for (int t = 0; t < 8; ++t) {
+    step(a, 10 + t, true);
+    step(b, 10 + t, true);
+    step(c, 10 + t, true);
+  }
+  const float boot[] = {0, 0};
+  for (int g : {a, b, c}) store.SetBootstrap(g, boot);
+  REQUIRE(store.all_full());
+  const Rollout next = store.Take({1}, 0, &lag);
+  REQUIRE(next.obs.sizes() == torch::IntArrayRef({8, 4, 1}));
+  CHECK(next.obs[0][1][0].item<float>() == 110);  // b's first step of this rollout
+  CHECK(next.rewards[0][1].item<float>() == 1);    // its own reward, not the dropped outcome's
+  CHECK(next.rewards.sum().item<float>() == 32);
+  CHECK(store.copy_stats().cut_takes == 1);
+}
+
+TEST_CASE("with a core a rollout is cut at a chunk's start", "[store]") {
+  TrajectoryStore store(/*T=*/8, /*obs_numel=*/1, Space::Discrete(2), 0, 1, /*core_numel=*/2, /*bptt=*/2);
+  const int a = store.AddGroup(1);
+  const int64_t act[] = {1};
+  const float obs[] = {1}, lp[] = {-1}, rew[] = {1}, core[] = {0.25f, 0.75f};
+  const uint8_t no[] = {0};
+  for (int t = 0; t < 6; ++t) {
+    const float v[] = {static_cast<float>(t)};
+    store.RecordInputs(a, obs);
+    store.RecordOutputs(a, act, lp, v, 0, core);
+    if (t < 5) store.RecordOutcome(a, rew, no, no);
+  }
+  // Step 5 pending: values at 0..5, so a cut at 5 in steps, 4 in chunks of 2.
+  CHECK(store.CutLength(1) == 5);
+  CHECK(store.CutLength(2) == 4);
+  LagStats lag;
+  CHECK_THROWS_WITH(store.Take({1}, 0, &lag, {}, 3), Catch::Contains("multiples of 2"));
+  const Rollout r = store.Take({1}, 0, &lag, {}, 4);
+  REQUIRE(r.core_states.sizes() == torch::IntArrayRef({2, 1, 2}));
+  CHECK(r.core_states[1][0][1].item<float>() == 0.75f);
+  CHECK(r.bptt == 2);
+  CHECK(r.last_value[0].item<float>() == 4);
+}

@@ -20,6 +20,9 @@ enum Column : int64_t {
   kAllreduceS,
   kAllreduceBytes,
   kChecksum,
+  kRollouts,
+  kCutRollouts,
+  kCutSteps,
   kFirstBit,
   kColumns = kFirstBit + kStopBits
 };
@@ -51,6 +54,9 @@ RankAgreement Agree(RankGroup& group, const RankFigures& mine) {
   row[kAllreduceS] = mine.allreduce_seconds;
   row[kAllreduceBytes] = mine.allreduce_bytes;
   row[kChecksum] = mine.checksum;
+  row[kRollouts] = mine.rollouts;
+  row[kCutRollouts] = mine.cut_rollouts;
+  row[kCutSteps] = mine.cut_steps;
   for (int b = 0; b < kStopBits; ++b) row[kFirstBit + b] = (mine.stop & (1 << b)) ? 1.0 : 0.0;
   group.AllReduceSum(table);
   RankAgreement a;
@@ -67,6 +73,9 @@ RankAgreement Agree(RankGroup& group, const RankFigures& mine) {
     f.allreduce_seconds = x[kAllreduceS];
     f.allreduce_bytes = x[kAllreduceBytes];
     f.checksum = x[kChecksum];
+    f.rollouts = x[kRollouts];
+    f.cut_rollouts = x[kCutRollouts];
+    f.cut_steps = x[kCutSteps];
     for (int b = 0; b < kStopBits; ++b)
       if (x[kFirstBit + b] > 0) f.stop |= 1 << b;
     a.env_steps += f.env_steps;

@@ -40,6 +40,10 @@ struct RankFigures {
   double allreduce_seconds = 0;
   double allreduce_bytes = 0;
   double checksum = 0;           // its parameters' checksum after the last check (GradientReducer), low 48 bits
+  // learner.sync_fraction: its rollouts handed off this session, those it ended early, and their steps added up.
+  double rollouts = 0;
+  double cut_rollouts = 0;
+  double cut_steps = 0;
   int stop = kRankStopNone;
 };
 
@@ -50,6 +54,13 @@ struct RankAgreement {
   int first_stopping_rank = -1;  // the lowest rank with a stop bit
   std::vector<RankFigures> ranks;
 };
+
+// Rank `rank`'s share of `total` over `world` ranks: total / world, the remainder one each to the first ranks
+// (the shares add up to total). A resumed rank's env steps: checkpoints count the run's.
+inline int64_t RankShare(int64_t total, int rank, int world) {
+  if (world <= 1) return total;
+  return total / world + (rank < total % world ? 1 : 0);
+}
 
 // The agreement over the ranks of `group` (a collective).
 RankAgreement Agree(RankGroup& group, const RankFigures& mine);

@@ -105,6 +105,9 @@ bool TrainerThread::AgreeWithRanks(GradientReducer& reducer, TrainJob* job, Trai
     }
     // The schedule's progress over every rank's env steps when their rollouts began: the same on every rank.
     job->progress = std::min(1.0, a.handoff_env_steps / static_cast<double>(config_.total_env_steps));
+    // A checkpoint of this update counts the run's env steps, every rank's (rank 0 writes it; resumed, each rank
+    // starts from its share).
+    job->counters.env_steps = static_cast<int64_t>(a.env_steps);
     return true;
   } catch (const RankError& e) {
     result->error = e.what();

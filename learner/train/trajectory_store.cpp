@@ -269,6 +269,10 @@ TrajectoryStore::StepInputs TrajectoryStore::NextStepInputs(int group, int ahead
 void TrajectoryStore::RecordOutcome(int group, const float* reward, const uint8_t* terminated,
                                     const uint8_t* truncated) {
   Group& g = groups_[group];
+  if (g.skip_outcome) {  // the step it completes was past the last rollout's cut
+    g.skip_outcome = false;
+    return;
+  }
   Arena& a = *g.arena;
   const int64_t t = g.steps;
   CopyRows(a.reward, 1, a.rows, t, g.col, g.rows, reward);
@@ -281,6 +285,7 @@ void TrajectoryStore::RecordOutcome(int group, const float* reward, const uint8_
 
 void TrajectoryStore::AddReward(int group, int row, float bonus) {
   const Group& g = groups_[group];
+  if (g.steps == 0) return;  // its last step fell past a cut (no completed step in this rollout)
   g.arena->reward[(g.steps - 1) * g.arena->rows + g.col + row] += bonus;
 }
 
@@ -323,8 +328,28 @@ void SummarizeLag(LagStats* lag) {
   }
 }
 
+int64_t TrajectoryStore::CutLength(int64_t multiple) const {
+  if (alive_groups_ == 0 || multiple <= 0) return 0;
+  int64_t length = T_;
+  for (const Group& g : groups_) {
+    if (!g.alive) continue;
+    // The last step whose value is recorded: its pending step's, else the one before its next (whose outcome is
+    // in); a full group has its bootstrap.
+    const int64_t valued = g.steps == T_ ? T_ : g.pending ? g.steps : g.steps - 1;
+    length = std::min(length, valued);
+  }
+  return length <= 0 ? 0 : length / multiple * multiple;
+}
+
 Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag,
-                              const std::vector<int64_t>& state_shape) {
+                              const std::vector<int64_t>& state_shape, int64_t length) {
+  if (length <= 0) length = T_;
+  const int64_t multiple = core_numel_ > 0 ? bptt_ : 1;
+  if (length < T_ && (length > CutLength(multiple) || length % multiple != 0))
+    throw std::invalid_argument("TrajectoryStore::Take: a rollout cut at " + std::to_string(length) +
+                                " steps, where it can be cut at " + std::to_string(CutLength(multiple)) +
+                                " at most, in multiples of " + std::to_string(multiple));
+  const int64_t L = length;
   if (state_numel_ > 0 && !state_shape.empty()) {
     int64_t numel = 1;
     for (int64_t d : state_shape) numel *= d;
@@ -333,6 +358,17 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
                                   " elements, but the store keeps " + std::to_string(state_numel_) + " per env");
   }
   const int64_t N = num_rows_;
+  if (L < T_) {
+    // A cut: each group bootstraps from the value it recorded at step L; what it acted on past L is left out.
+    ++copy_.cut_takes;
+    copy_.cut_steps += L;
+    for (const Group& g : groups_) {
+      if (!g.alive) continue;
+      Arena& a = *g.arena;
+      std::memcpy(a.bootstrap + g.col, a.value + L * a.rows + g.col, sizeof(float) * static_cast<std::size_t>(g.rows));
+      copy_.cut_dropped_rows += (g.steps + (g.pending ? 1 : 0) - L) * g.rows;
+    }
+  }
   const int64_t E = N / agents_;
   ++copy_.takes;
   // The arena the groups share holds exactly the groups present, in order: it is the rollout. Otherwise (joins,
@@ -359,17 +395,17 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     for (const Group& g : groups_) {
       if (!g.alive) continue;
       const Arena& s = *g.arena;
-      gather(arena->obs, s.obs, obs_numel_, N, s.rows, col, g.col, g.rows, T_);
+      gather(arena->obs, s.obs, obs_numel_, N, s.rows, col, g.col, g.rows, L);
       if (state_numel_ > 0) gather(arena->state, s.state, state_numel_, E, s.envs, col / agents_, g.env_col,
-                                   g.rows / agents_, T_);
-      gather(arena->action, s.action, static_cast<int64_t>(action_bytes), N, s.rows, col, g.col, g.rows, T_);
-      gather(arena->logp, s.logp, 1, N, s.rows, col, g.col, g.rows, T_);
-      gather(arena->value, s.value, 1, N, s.rows, col, g.col, g.rows, T_);
-      gather(arena->reward, s.reward, 1, N, s.rows, col, g.col, g.rows, T_);
-      gather(arena->done, s.done, 1, N, s.rows, col, g.col, g.rows, T_);
-      gather(arena->version, s.version, 1, N, s.rows, col, g.col, g.rows, T_);
+                                   g.rows / agents_, L);
+      gather(arena->action, s.action, static_cast<int64_t>(action_bytes), N, s.rows, col, g.col, g.rows, L);
+      gather(arena->logp, s.logp, 1, N, s.rows, col, g.col, g.rows, L);
+      gather(arena->value, s.value, 1, N, s.rows, col, g.col, g.rows, L);
+      gather(arena->reward, s.reward, 1, N, s.rows, col, g.col, g.rows, L);
+      gather(arena->done, s.done, 1, N, s.rows, col, g.col, g.rows, L);
+      gather(arena->version, s.version, 1, N, s.rows, col, g.col, g.rows, L);
       gather(arena->bootstrap, s.bootstrap, 1, N, s.rows, col, g.col, g.rows, 1);
-      if (core_numel_ > 0) gather(arena->core, s.core, core_numel_, N, s.rows, col, g.col, g.rows, T_ / bptt_);
+      if (core_numel_ > 0) gather(arena->core, s.core, core_numel_, N, s.rows, col, g.col, g.rows, L / bptt_);
       col += g.rows;
     }
     copy_.take_gather_bytes += gathered;
@@ -378,7 +414,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     *lag = LagStats{};
     int64_t previous = std::numeric_limits<int64_t>::min();
     int64_t* run = nullptr;  // versions come in long runs of one value: one map lookup per run
-    for (int64_t i = 0; i < T_ * N; ++i) {
+    for (int64_t i = 0; i < L * N; ++i) {
       const int64_t l = current_version - arena->version[i];
       if (l != previous || run == nullptr) {
         run = &lag->counts[l];
@@ -394,13 +430,13 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     return torch::from_blob(data, shape, [arena](void*) {}, torch::TensorOptions().dtype(dtype));
   };
   const auto f32 = torch::kFloat32;
-  std::vector<int64_t> shape{T_, N};
+  std::vector<int64_t> shape{L, N};
   shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
   Rollout r;
   r.obs = view(arena->obs, shape, f32);
   r.rows_per_state = agents_;
   if (state_numel_ > 0) {
-    std::vector<int64_t> sshape{T_, E};
+    std::vector<int64_t> sshape{L, E};
     if (state_shape.empty()) {
       sshape.push_back(state_numel_);
     } else {
@@ -409,17 +445,17 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     r.states = view(arena->state, sshape, f32);
   }
   // [T, N] for a discrete space, [T, N, K] multi-discrete, [T, N, action numel] box (flat).
-  std::vector<int64_t> ashape{T_, N};
+  std::vector<int64_t> ashape{L, N};
   if (!integer_actions_ || !action_shape_.empty()) ashape.push_back(action_numel_);
   r.actions = view(arena->action, ashape, integer_actions_ ? torch::kInt64 : f32);
-  r.logp = view(arena->logp, {T_, N}, f32);
-  r.values = view(arena->value, {T_, N}, f32);
-  r.rewards = view(arena->reward, {T_, N}, f32);
-  r.dones = view(arena->done, {T_, N}, f32);
+  r.logp = view(arena->logp, {L, N}, f32);
+  r.values = view(arena->value, {L, N}, f32);
+  r.rewards = view(arena->reward, {L, N}, f32);
+  r.dones = view(arena->done, {L, N}, f32);
   r.last_value = view(arena->bootstrap, {N}, f32);
-  r.lag = current_version - view(arena->version, {T_, N}, torch::kInt64);  // its own memory, not the arena's
+  r.lag = current_version - view(arena->version, {L, N}, torch::kInt64);  // its own memory, not the arena's
   if (core_numel_ > 0) {
-    r.core_states = view(arena->core, {T_ / bptt_, N, core_numel_}, f32);
+    r.core_states = view(arena->core, {L / bptt_, N, core_numel_}, f32);
     r.bptt = bptt_;
   }
 
@@ -429,6 +465,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     if (!g.alive) continue;
     g.arena.reset();
     g.steps = 0;
+    g.skip_outcome = g.pending;  // only after a cut: a full group has no step pending
     g.pending = false;
   }
   full_groups_ = 0;

@@ -149,8 +149,16 @@ class TrajectoryStore {
   // The rollout of the groups present: obs [T, N, obs_shape...] and, when the store keeps states, states
   // [T, N / agents_per_env, state_shape...] (state_shape's numel must be state_numel); lag relative to
   // `current_version`. The tensors share one arena, returned to the pool when the last is dropped.
+  // length: the rollout's steps, 0 for rollout_length (every group full); less ends the rollout early (a cut,
+  // learner.sync_fraction): it must be at most CutLength(), each group's steps from `length` on are left out, and
+  // its bootstrap is the value it recorded at step `length`. A group whose step past the cut is pending (its
+  // outcome still to come) drops that outcome when it comes and starts the next rollout with the step after.
   Rollout Take(const std::vector<int64_t>& obs_shape, int64_t current_version, LagStats* lag,
-               const std::vector<int64_t>& state_shape = {});
+               const std::vector<int64_t>& state_shape = {}, int64_t length = 0);
+  // The longest a rollout cut now may be: the largest multiple of `multiple` (a core's ppo.bptt; 1 without one),
+  // at most rollout_length, at which every group present has recorded the value the cut bootstraps from; 0 when
+  // there is none (a group has not acted yet) or no group is present.
+  int64_t CutLength(int64_t multiple) const;
 
   // What the store copies and holds, for reports and tests. AddGroup and RemoveGroup copy nothing.
   struct CopyStats {
@@ -158,6 +166,9 @@ class TrajectoryStore {
     int64_t take_gather_bytes = 0;  // copied by a Take that had to gather (after joins or leaves)
     int64_t takes = 0;
     int64_t zero_copy_takes = 0;    // Takes that handed the arena itself
+    int64_t cut_takes = 0;          // Takes that ended the rollout early (a length below rollout_length)
+    int64_t cut_steps = 0;          // the lengths of those rollouts, added up
+    int64_t cut_dropped_rows = 0;   // agent-row steps acted on past a cut and left out of training
   };
   const CopyStats& copy_stats() const { return copy_; }
   // Bytes of the arenas this store and its rollouts hold, spare ones included.
@@ -176,6 +187,7 @@ class TrajectoryStore {
     int steps = 0;
     bool pending = false;
     bool alive = true;
+    bool skip_outcome = false;  // its pending step fell past a cut: the outcome that comes for it is dropped
   };
   std::shared_ptr<Arena> NewArena(int64_t rows);
   // Places every alive group that has no arena into a new shared arena (the first record after a Take).
