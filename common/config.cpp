@@ -353,6 +353,11 @@ Status ValidateConfig(const FarmConfig& c) {
         "ppo.fused_update=on needs learner.device=cpu and learner.precision=fp32 (got {} and {}): the fused update "
         "runs on the CPU in fp32; use ppo.fused_update=auto to fall back to the LibTorch update elsewhere",
         c.learner.device, c.learner.precision));
+  if (c.ppo.value_norm != "none" && c.ppo.fused_update == "on")
+    return Status::InvalidArgument(fmt::format(
+        "ppo.value_norm={} cannot run with ppo.fused_update=on (the fused update has no value normalisation); use "
+        "ppo.fused_update=auto to fall back to the LibTorch update, or ppo.value_norm=none",
+        c.ppo.value_norm));
   if (c.ppo.fused_update == "on" && c.ppo.encoder != "mlp")
     return Status::InvalidArgument(fmt::format(
         "ppo.fused_update=on needs ppo.encoder=mlp (got {}): the fused update knows only the MLP; use "

@@ -314,6 +314,12 @@ struct PpoConfig {
   // async lag is at most 1 (a rollout that fills while the trainer is busy waits for it), so 0 (train on
   // the current policy's samples alone) is the setting that drops anything today.
   std::optional<int> max_policy_lag;
+  // Value normalisation (learner/train/value_norm.h), as MAPPO trains: none; running (MAPPO's ValueNorm: the critic
+  // learns (return - mean) / std with running statistics, and its values are de-normalised wherever they are used);
+  // popart (the same statistics, and the critic's last layer rescaled so that its de-normalised outputs do not
+  // move with them). The fused CPU update has none: ppo.fused_update=auto falls back to the LibTorch update (the
+  // CUDA-graph step takes it).
+  std::string value_norm = "none";
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -353,6 +359,7 @@ struct PpoConfig {
     v("vtrace_rho_bar", vtrace_rho_bar, Rule::Positive());
     v("vtrace_c_bar", vtrace_c_bar, Rule::Positive());
     v("max_policy_lag", max_policy_lag, Rule::AtLeast(0));
+    v("value_norm", value_norm, Rule::OneOf({"none", "running", "popart"}));
   }
 };
 

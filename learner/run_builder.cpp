@@ -32,6 +32,7 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
   out->options.global_state = hs.global_state;
   out->options.log_std_init = config.ppo.log_std_init;
   out->options.sde = config.ppo.sde;
+  out->options.value_norm = config.ppo.value_norm != "none";
   if (auto s = ParseCore(config.ppo.core, &out->options.core); !s.ok()) return Status::InvalidArgument("ppo." + s.message());
   out->options.core_size = config.ppo.core_size;
   out->options.critic_core = config.ppo.critic_core;
@@ -116,8 +117,20 @@ Status BuildRun(const FarmConfig& config, torch::Device device, Precision precis
       return s;
     }
   }
+  PpoConfig ppo = config.ppo;
+  if (initial && out->options.value_norm != (ppo.value_norm != "none")) {
+    if (config.learner.train) {
+      *fatal = true;
+      return Status::InvalidArgument(fmt::format(
+          "learner.init_from: the policy in {} was trained {} value normalisation, but ppo.value_norm is {}: set "
+          "ppo.value_norm to {}",
+          config.learner.init_from, out->options.value_norm ? "with" : "without", ppo.value_norm,
+          out->options.value_norm ? "running or popart" : "none"));
+    }
+    ppo.value_norm = out->options.value_norm ? "running" : "none";  // serving: the saved critic, never trained
+  }
   try {
-    out->trainer = std::make_unique<PpoTrainer>(out->training, config.ppo, config.seed, precision);
+    out->trainer = std::make_unique<PpoTrainer>(out->training, ppo, config.seed, precision);
   } catch (const std::invalid_argument& e) {  // ppo.fused_update on for a policy it cannot train
     *fatal = true;
     return Status::InvalidArgument(e.what());

@@ -38,11 +38,12 @@ const Space kDiscrete = Space::Discrete(3);
 const Space kMultiDiscrete = Space::MultiDiscrete({2, 3});
 const Space kBox = Space::Box({2}, {-1}, {1});
 
-ActorCritic MakePolicy(const Space& action, bool state, bool sde = false) {
+ActorCritic MakePolicy(const Space& action, bool state, bool sde = false, bool value_norm = false) {
   const Space obs = Space::Box({kObsDim}, {-1}, {1});
   PolicyOptions options;
   if (state) options.global_state = kState;
   options.sde = sde;
+  options.value_norm = value_norm;
   const std::vector<int> hidden = {24, 16};
   return ActorCritic(obs, action, hidden, options);
 }
@@ -61,6 +62,7 @@ struct Case {
   Space action = kDiscrete;
   bool state = false;
   bool sde = false;  // box only: state-dependent exploration
+  std::string value_norm = "none";  // ppo.value_norm
   int64_t steps = 8, envs = 6, k = 1;
   std::optional<double> target_kl;
   torch::Device device{torch::kCPU};
@@ -70,8 +72,8 @@ struct Case {
 // Trains a LibTorch-path trainer and a graphed one side by side for four updates and compares.
 void CompareWithLibTorch(const Case& c) {
   torch::manual_seed(3);
-  ActorCritic a = MakePolicy(c.action, c.state, c.sde);
-  ActorCritic b = MakePolicy(c.action, c.state, c.sde);
+  ActorCritic a = MakePolicy(c.action, c.state, c.sde, c.value_norm != "none");
+  ActorCritic b = MakePolicy(c.action, c.state, c.sde, c.value_norm != "none");
   {
     torch::NoGradGuard no_grad;
     // A trained policy's head scale (see ppo_fused_test): with the near-uniform initial head Adam's step
@@ -92,6 +94,7 @@ void CompareWithLibTorch(const Case& c) {
   config.ent_coef = 0.05;
   config.max_grad_norm = 0.5;
   config.target_kl = c.target_kl;
+  config.value_norm = c.value_norm;
   config.fused_update = "off";
   PpoConfig off = config, on = config;
   off.graph_update = "off";
@@ -169,6 +172,17 @@ TEST_CASE("The graphed step with state-dependent exploration (ppo.sde) matches t
   CompareWithLibTorch(c);
 }
 
+TEST_CASE("The graphed step with value normalisation matches the LibTorch update", "[ppo][graph][value_norm]") {
+  at::set_num_threads(1);
+  Case c;
+  c.state = true;
+  c.envs = 9;
+  c.k = 3;
+  c.value_norm = GENERATE(std::string("running"), std::string("popart"));
+  INFO("value_norm " << c.value_norm);
+  CompareWithLibTorch(c);
+}
+
 TEST_CASE("The graphed step stops at the target KL as the LibTorch update does", "[ppo][graph]") {
   at::set_num_threads(1);
   Case c;
@@ -218,6 +232,20 @@ TEST_CASE("The CUDA graph of the PPO step matches the LibTorch update on the GPU
     c.k = 3;
   }
   INFO("action " << c.action.ToString() << ", state " << c.state);
+  CompareWithLibTorch(c);
+}
+
+TEST_CASE("The CUDA graph of the PPO step with value normalisation matches the LibTorch update on the GPU",
+          "[ppo][graph][cuda][value_norm]") {
+  FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
+  Case c;
+  c.device = torch::Device(torch::kCUDA);
+  c.tolerance = 1e-4;
+  c.state = true;
+  c.envs = 9;
+  c.k = 3;
+  c.value_norm = GENERATE(std::string("running"), std::string("popart"));
+  INFO("value_norm " << c.value_norm);
   CompareWithLibTorch(c);
 }
 

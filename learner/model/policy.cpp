@@ -147,6 +147,11 @@ ActorCriticImpl::ActorCriticImpl(const Space& observation, const Space& action, 
     actor_ = register_module("actor", Mlp(actor.width, actor.trunk, head_dim, kPolicyHeadGain, layout));
     critic_ = register_module("critic", Mlp(critic.width, critic.trunk, 1, kValueHeadGain, layout));
   }
+  if (options_.value_norm) {
+    value_mean_ = register_buffer("value_norm_mean", torch::zeros({}));
+    value_std_ = register_buffer("value_norm_std", torch::ones({}));
+    value_moments_ = register_buffer("value_norm_moments", torch::zeros({3}, torch::kFloat64));
+  }
   if (options_.sde && !action_.is_box())
     throw std::invalid_argument("ActorCritic: state-dependent exploration (sde) needs a box action space, got " +
                                 action_.ToString());
@@ -209,12 +214,26 @@ torch::Tensor ActorCriticImpl::CriticFeatures(const torch::Tensor& obs, const to
   return critic_encoder_ ? critic_encoder_->forward(x) : x;
 }
 
+torch::Tensor ActorCriticImpl::Denormalized(const torch::Tensor& head) const {
+  if (!value_mean_.defined()) return head;
+  return head.to(torch::kFloat32) * value_std_ + value_mean_;
+}
+
+torch::Tensor ActorCriticImpl::NormalizedValue(const torch::Tensor& raw) const {
+  if (!value_mean_.defined()) return raw;
+  return (raw - value_mean_) / value_std_;
+}
+
+torch::nn::Linear ActorCriticImpl::critic_head() const {
+  return torch::nn::Linear(critic_->ptr<torch::nn::LinearImpl>(critic_->size() - 1));
+}
+
 torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller) {
   if (critic_core_)
     throw std::invalid_argument(std::string("ActorCritic::") + caller +
                                 ": the critic has a recurrent core (use Act or EvaluateSequence with its state)");
   int64_t k = 1;
-  const torch::Tensor value = critic_->forward(CriticFeatures(obs, state, caller, &k)).squeeze(-1);
+  const torch::Tensor value = Denormalized(critic_->forward(CriticFeatures(obs, state, caller, &k)).squeeze(-1));
   return k == 1 ? value : value.repeat_interleave(k);
 }
 
@@ -248,7 +267,7 @@ ActOutput ActorCriticImpl::Act(const torch::Tensor& obs, const torch::Tensor& st
         // k rows share a global state: the critic's state is the first row's, and its next state is all of theirs.
         const torch::Tensor per_run = k == 1 ? critic_before : critic_before.view({batch / k, k, -1}).select(1, 0);
         auto [critic_out, next] = critic_core_->Step(critic_in, per_run);
-        const torch::Tensor value = critic_->forward(critic_out).squeeze(-1);
+        const torch::Tensor value = Denormalized(critic_->forward(critic_out).squeeze(-1));
         out.value = k == 1 ? value : value.repeat_interleave(k);
         critic_next = k == 1 ? next : next.repeat_interleave(k, 0);
       }
@@ -366,7 +385,7 @@ EvalOutput ActorCriticImpl::EvaluateSequence(const torch::Tensor& obs, const tor
         *actor_core_, *critic_core_, actor_in, critic_in.view({steps, batch, -1}), actor0,
         core_state0.narrow(1, actor_size, critic_core_->state_size()), starts);
     EvalOutput out = EvaluateActions(actor_out.reshape({steps * batch, -1}), actions);
-    out.value = critic_->forward(critic_out.reshape({steps * batch, -1})).squeeze(-1);
+    out.value = Denormalized(critic_->forward(critic_out.reshape({steps * batch, -1})).squeeze(-1));
     return out;
   }
   const torch::Tensor features = actor_core_->Unroll(actor_in, actor0, starts).reshape({steps * batch, -1});
@@ -386,7 +405,7 @@ EvalOutput ActorCriticImpl::EvaluateSequence(const torch::Tensor& obs, const tor
   const torch::Tensor run_starts = starts.view({steps, runs, k}).select(2, 0);
   const torch::Tensor critic_out =
       critic_core_->Unroll(critic_in.view({steps, runs, -1}), run0, run_starts).reshape({steps * runs, -1});
-  out.value = critic_->forward(critic_out).squeeze(-1).repeat_interleave(k);
+  out.value = Denormalized(critic_->forward(critic_out).squeeze(-1)).repeat_interleave(k);
   return out;
 }
 

@@ -62,6 +62,11 @@ struct PolicyOptions {
   // directory's copy).
   std::string actor_encoder_script;
   std::string critic_encoder_script;
+  // ppo.value_norm (running or popart): the critic's head learns normalised values, and every value the policy
+  // gives (Act, Evaluate, EvaluateSequence, Value) is de-normalised with the statistics it holds as buffers
+  // (learner/train/value_norm.h keeps them), so that all but the value loss sees the returns' scale. Part of the
+  // architecture (policy_spec.json "value_norm": the buffers are in its checkpoints).
+  bool value_norm = false;
   bool has_encoder_script() const { return !actor_encoder_script.empty() || !critic_encoder_script.empty(); }
 };
 
@@ -143,6 +148,17 @@ class ActorCriticImpl : public torch::nn::Module {
   // The width of z (the actor head's input) with sde; 0 without.
   int64_t sde_latent_size() const { return sde_latent_; }
 
+  // value_norm: whether the critic's values are de-normalised (PolicyOptions::value_norm); what its head gives for
+  // the de-normalised values `raw`, (raw - mean) / std (the value loss's scale); the statistics' buffers: mean and
+  // std (float32 scalars) and the running moments (float64 [3]: mean, mean of squares, debiasing weight); the
+  // critic's last layer (PopArt rescales it).
+  bool value_normalised() const { return value_mean_.defined(); }
+  torch::Tensor NormalizedValue(const torch::Tensor& raw) const;
+  torch::Tensor value_norm_mean() const { return value_mean_; }
+  torch::Tensor value_norm_std() const { return value_std_; }
+  torch::Tensor value_norm_moments() const { return value_moments_; }
+  torch::nn::Linear critic_head() const;
+
  private:
   // The actor's head input (encoded observation) and the critic's value [B].
   torch::Tensor ActorFeatures(const torch::Tensor& obs);
@@ -171,6 +187,9 @@ class ActorCriticImpl : public torch::nn::Module {
   // encoder's follow its conv stack there), the core comes next, and actor_ / critic_ are the heads alone.
   RecurrentCore actor_core_{nullptr};
   RecurrentCore critic_core_{nullptr};
+  // The critic head's output [B] in the returns' scale (unchanged without value_norm).
+  torch::Tensor Denormalized(const torch::Tensor& head) const;
+  torch::Tensor value_mean_, value_std_, value_moments_;  // value_norm only
   torch::Tensor log_std_;  // box only: [A], or [sde_latent_, A] with sde
   int64_t sde_latent_ = 0;
 };

@@ -215,6 +215,7 @@ std::string PolicySpecJson(const Space& obs, const Space& action, const std::vec
   j["encoder"] = EncoderName(options.encoder);
   j["global_state"] = options.global_state ? SpaceJson(*options.global_state) : ordered_json(nullptr);
   if (options.sde) j["sde"] = true;  // written only when set: older readers refuse an unknown key
+  if (options.value_norm) j["value_norm"] = true;  // the same
   // The same for the layout (learner/model/encoder.h): what the encoder uses, and what is not the default.
   const EncoderLayout& layout = options.layout;
   if (options.encoder == Encoder::kConv) {
@@ -253,7 +254,8 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
     static const std::vector<std::string> kKeys{"observation", "action",    "hidden_sizes",    "encoder",
                                                 "global_state", "sde",       "core",            "core_size",
                                                 "critic_core",  "conv",      "impala_channels", "activation",
-                                                "layer_norm",   "actor_encoder_script", "critic_encoder_script"};
+                                                "layer_norm",   "actor_encoder_script", "critic_encoder_script",
+                                                "value_norm"};
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
       return Status::InvalidArgument(
           fmt::format("{}: unknown key '{}' (expected {})", source, key, fmt::join(kKeys, ", ")));
@@ -294,6 +296,12 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
       return Status::InvalidArgument(fmt::format("{}: global_state: expected a box, got {}", source, state.ToString()));
     parsed.global_state = std::move(state);
   }
+  if (j.contains("value_norm")) {
+    if (!j["value_norm"].is_boolean())
+      return Status::InvalidArgument(
+          fmt::format("{}: value_norm: expected true or false, got {}", source, j["value_norm"].dump()));
+    parsed.value_norm = j["value_norm"].get<bool>();
+  }
   if (j.contains("sde")) {
     if (!j["sde"].is_boolean())
       return Status::InvalidArgument(fmt::format("{}: sde: expected true or false, got {}", source, j["sde"].dump()));
@@ -333,13 +341,15 @@ Status ParsePolicySpecJson(const std::string& text, const std::string& source, S
   if (options) {
     *options = std::move(parsed);
   } else if (parsed.encoder != Encoder::kMlp || parsed.global_state || parsed.sde || parsed.core != CoreKind::kNone ||
+             parsed.value_norm ||
              parsed.layout.activation != Activation::kTanh || parsed.layout.layer_norm ||
              parsed.has_encoder_script()) {
     return Status::InvalidArgument(fmt::format(
         "{}: the policy has encoder {} and {}{}, a {} trunk{}{}; this caller can only rebuild a tanh mlp policy "
         "without a global state or sde",
         source, EncoderName(parsed.encoder), parsed.global_state ? "a global state" : "no global state",
-        parsed.sde ? ", with sde" : "", ActivationName(parsed.layout.activation),
+        std::string(parsed.sde ? ", with sde" : "") + (parsed.value_norm ? ", with value normalisation" : ""),
+        ActivationName(parsed.layout.activation),
         parsed.layout.layer_norm ? " with layer norm" : "",
         parsed.has_encoder_script() ? ", a TorchScript encoder" : ""));
   }

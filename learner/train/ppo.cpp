@@ -9,6 +9,7 @@
 #include "learner/train/ppo_chunks.h"
 #include "learner/train/ppo_fused.h"
 #include "learner/train/ppo_graph.h"
+#include "learner/train/value_norm.h"
 #include "learner/train/vtrace.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -138,6 +139,10 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
       {"samples", static_cast<double>(samples)},
       {"lag_dropped", static_cast<double>(lag_dropped)},
   };
+  if (value_norm) {
+    items.push_back({"value_norm_mean", value_norm_mean});
+    items.push_back({"value_norm_std", value_norm_std});
+  }
   if (vtrace) {
     items.push_back({"vtrace_ratio", vtrace_ratio});
     items.push_back({"vtrace_rho_clipped", vtrace_rho_clipped});
@@ -219,9 +224,20 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
   const std::string& mode = config_.fused_update;
   if (mode != "auto" && mode != "on" && mode != "off")
     throw std::invalid_argument("PpoTrainer: ppo.fused_update must be auto, on or off, got '" + mode + "'");
+  if (policy_->value_normalised()) {
+    ValueNormalizer::Mode m;
+    if (auto s = ValueNormalizer::ParseMode(config_.value_norm, &m); !s.ok())
+      throw std::invalid_argument("PpoTrainer: " + s.message() + " (the policy was built with value normalisation)");
+    value_norm_ = std::make_unique<ValueNormalizer>(policy_, m);
+  } else if (config_.value_norm != "none") {
+    throw std::invalid_argument("PpoTrainer: ppo.value_norm is " + config_.value_norm +
+                                ", but the policy was built without value normalisation (PolicyOptions::value_norm)");
+  }
   if (mode != "off") {
     // The fused update knows only the tanh MLPs on the observation (CheckFusedUpdate says what else it refuses).
-    Status s = policy_->has_core()
+    Status s = value_norm_ ? Status::InvalidArgument("the fused update has no value normalisation (ppo.value_norm is " +
+                                                     config_.value_norm + ")")
+               : policy_->has_core()
                    ? Status::InvalidArgument(std::string("the fused update has no recurrent core (ppo.core is ") +
                                              CoreName(policy_->options().core) + ")")
                : policy_->has_global_state()
@@ -297,7 +313,8 @@ EvalOutput EvaluateUnits(ActorCriticImpl& policy, const PpoRows& rows, const tor
 PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
                       const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
   const torch::Tensor idx = UnitRows(unit_idx, k, arange_k);
-  const EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, idx, precision);
+  EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, idx, precision);
+  eval.value = policy.NormalizedValue(eval.value);  // ppo.value_norm: the head's scale (unchanged without)
   return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
                         rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config);
 }
@@ -358,6 +375,9 @@ struct PpoTrainer::Batch {
   PpoRows rows;
   PpoChunks chunks;
   bool advantages_normalised = false;  // over every rank's rollout (ranks): the minibatches do not normalise again
+  // The acting values and the returns at the returns' scale, for the explained variance (the rows' are normalised
+  // with ppo.value_norm).
+  torch::Tensor fit_values, fit_returns;
 };
 
 PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress, PpoStats* stats) const {
@@ -458,8 +478,27 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& rollout, const Plan& plan, 
     stats->vtrace_rho_clipped = v.rho_clipped;
     stats->vtrace_c_clipped = v.c_clipped;
   }
+  b.fit_values = b.rows.values;
+  b.fit_returns = b.rows.returns;
+  if (value_norm_) NormaliseValues(&b, stats);
   if (reducer_ && config_.norm_adv) NormaliseAcrossRanks(plan, &b);
   return b;
+}
+
+void PpoTrainer::NormaliseValues(Batch* b, PpoStats* stats) {
+  std::vector<double> m = ValueNormalizer::Moments(b->rows.returns);
+  if (reducer_) m = reducer_->Sum(m);  // every rank's returns: the statistics stay one set
+  value_norm_->Update(m[0], m[1], m[2]);
+  // Out of place: fit_values and fit_returns keep the returns' scale.
+  b->rows.values = policy_->NormalizedValue(b->rows.values);
+  b->rows.returns = policy_->NormalizedValue(b->rows.returns);
+  if (b->chunks.values.defined()) {
+    b->chunks.values = policy_->NormalizedValue(b->chunks.values);
+    b->chunks.returns = policy_->NormalizedValue(b->chunks.returns);
+  }
+  stats->value_norm = true;
+  stats->value_norm_mean = value_norm_->mean();
+  stats->value_norm_std = value_norm_->std();
 }
 
 void PpoTrainer::NormaliseAcrossRanks(const Plan& plan, Batch* b) {
@@ -641,7 +680,7 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     RunMinibatches(batch, plan, &stats, cancel);
   }
   stats.loss_scale = scaler_.scale();
-  SetValueFit(batch.rows.values, batch.rows.returns, &stats);
+  SetValueFit(batch.fit_values, batch.fit_returns, &stats);
   ++updates_;
   if (reducer_) reducer_->AfterUpdate(policy_->parameters(), updates_);
   return stats;

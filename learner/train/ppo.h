@@ -84,6 +84,11 @@ struct PpoStats {
   double vtrace_ratio = 0;
   double vtrace_rho_clipped = 0;
   double vtrace_c_clipped = 0;
+  // ppo.value_norm (learner/train/value_norm.h): the statistics after this update's returns were folded in (the
+  // critic's head is trained towards (return - mean) / std). Listed by Items only when `value_norm`.
+  bool value_norm = false;
+  double value_norm_mean = 0;
+  double value_norm_std = 1;
 
   std::vector<std::pair<std::string, double>> Items() const;
 };
@@ -151,6 +156,7 @@ torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, dou
 class FusedPpoUpdate;   // learner/train/ppo_fused.h
 class GraphedPpoStep;   // learner/train/ppo_graph.h
 class GradientReducer;  // learner/train/gradient_reducer.h
+class ValueNormalizer;  // learner/train/value_norm.h
 
 class PpoTrainer {
  public:
@@ -211,6 +217,9 @@ class PpoTrainer {
   void RunMinibatches(const Batch& batch, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel);
   // Ranks: the advantages normalised with the moments of every rank's kept samples.
   void NormaliseAcrossRanks(const Plan& plan, Batch* batch);
+  // ppo.value_norm: the update's returns folded into the statistics (every rank's), then the batch's values and
+  // returns normalised for the value loss (its explained variance keeps the returns' scale).
+  void NormaliseValues(Batch* batch, PpoStats* stats);
   // One epoch's order of the units (the minibatch shuffling generator on the CPU).
   torch::Tensor Permutation(int64_t units, const torch::Device& device);
 
@@ -224,6 +233,7 @@ class PpoTrainer {
   std::unique_ptr<FusedPpoUpdate> fused_;  // set when the fused path is used
   bool use_graph_ = false;                 // graph_update chosen (built on the first update that can use it)
   std::unique_ptr<GraphedPpoStep> graphed_;
+  std::unique_ptr<ValueNormalizer> value_norm_;  // ppo.value_norm (null: none)
   int64_t graphed_updates_ = 0;
   std::shared_ptr<GradientReducer> reducer_;  // set when this is one rank of several
   bool synced_ = false;                       // rank 0's parameters broadcast since the reducer was set

@@ -99,7 +99,8 @@ std::pair<torch::Tensor, torch::Tensor> EvaluateChunks(ActorCriticImpl& policy, 
 PpoLoss ChunkMinibatchLoss(ActorCriticImpl& policy, const PpoChunks& chunks, const torch::Tensor& unit_idx, int64_t k,
                            const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
   const torch::Tensor idx = UnitRows(unit_idx, k, arange_k);
-  const EvalOutput eval = EvaluateChunkUnits(policy, chunks, unit_idx, idx, precision);
+  EvalOutput eval = EvaluateChunkUnits(policy, chunks, unit_idx, idx, precision);
+  eval.value = policy.NormalizedValue(eval.value);  // ppo.value_norm: the head's scale (unchanged without)
   return ComputePpoLoss(eval, PickColumns(chunks.logp, idx), PickColumns(chunks.values, idx),
                         PickColumns(chunks.advantages, idx), PickColumns(chunks.returns, idx), config);
 }
