@@ -102,7 +102,7 @@ PY
       --set learner.collective_timeout_s=10 > "$tmp/log2" 2>&1 || { tail -30 "$tmp/log2"; fail "--resume failed"; }
     grep -q "resumed $tmp/run/checkpoints/ckpt-" "$tmp/log2" || fail "the ranks did not resume from rank 0's checkpoint"
     # The checkpoint counts the run's env steps over both ranks, not rank 0's alone; each rank resumes with half.
-    resumed_at="$(sed -n 's/.*resuming .*: \([0-9]*\) env steps,.*/\1/p' "$tmp/log2" | head -1)"
+    resumed_at="$(sed -n 's/.*resuming .*: \([0-9]*\) env steps,.*/\1/p' "$tmp/log2" | sed -n 1p)"
     [ -n "$resumed_at" ] && [ "$resumed_at" -ge $((steps * 3 / 2)) ] ||
       fail "the checkpoint counts '$resumed_at' env steps, not the run's over both ranks (rank 0's own: $steps)"
     after="$(summary updates)"
