@@ -198,6 +198,21 @@ Status CheckStepRequest(const wire::StepRequest& req, int64_t group_size, const 
   std::vector<int64_t> shape{n};
   shape.insert(shape.end(), obs_shape.begin(), obs_shape.end());
   if (auto s = CheckTensor(req.obs(), DType::kFloat32, shape, "StepRequest.obs"); !s.ok()) return s;
+  // active: absent (every row acts) or a 0/1 byte per row. After a reset every agent acts, so a first request
+  // (the group's envs just reset) has no row that finished.
+  if (!req.active().empty()) {
+    if (static_cast<int64_t>(req.active().size()) != n)
+      return Status::Protocol(
+          fmt::format("StepRequest.active: expected {} bytes (one per row) or none, got {}", n, req.active().size()));
+    const auto* active = reinterpret_cast<const uint8_t*>(req.active().data());
+    for (int64_t r = 0; r < n; ++r) {
+      if (active[r] > 1)
+        return Status::Protocol(fmt::format("StepRequest.active: row {} holds {}, expected 0 or 1", r, int{active[r]}));
+      if (req.first() && active[r] == 0)
+        return Status::Protocol(fmt::format(
+            "StepRequest.active: row {} is 0 on a first request, expected 1 (every agent acts after a reset)", r));
+    }
+  }
   if (req.first()) {
     // Nothing has been stepped yet: final observations here would be read (and bootstrapped) unchecked.
     if (req.final_obs_index_size() > 0)
@@ -429,9 +444,9 @@ int64_t SanitizeNonFinite(wire::StepRequest* req) {
 int64_t MaxSessionMessageBytes(int64_t group_rows, int64_t obs_numel, const Space& action, int64_t state_numel) {
   // Per tensor or message: tags, lengths, dtype, shape, seq, group, version. Generous, never tight.
   constexpr int64_t kHeaders = 1024;
-  // Per env: reward (4), terminated and truncated (1 + 1), a final_obs_index varint (<= 10) and one
-  // EpisodeStats (tag, length, float, varint: <= 24).
-  constexpr int64_t kPerEnv = 40;
+  // Per row: reward (4), terminated, truncated and active (1 + 1 + 1), a final_obs_index varint (<= 10) and
+  // one EpisodeStats (tag, length, float, varint: <= 24; one per env, so per row at most).
+  constexpr int64_t kPerEnv = 41;
   const int64_t obs_bytes = obs_numel * static_cast<int64_t>(sizeof(float));
   const int64_t request = 2 * group_rows * obs_bytes + group_rows * kPerEnv + kHeaders;
   const int64_t action_bytes = action.numel() * (action.is_categorical() ? int64_t{8} : int64_t{4});

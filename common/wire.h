@@ -67,7 +67,8 @@ Status CheckHello(const wire::Hello& hello, Handshake* out);
 // The learner's checks of a StepRequest from a worker with `group_size` envs
 // per group, observations of `obs_shape`, and next_seq[g] the seq expected
 // next from group g (one entry per group): group in range, seq in order,
-// `first` exactly on seq 0, obs [group_size, obs...]; after the first request
+// `first` exactly on seq 0, obs [group_size, obs...], active absent or
+// group_size bytes each 0 or 1 (all 1 on the first request); after the first request
 // also reward [group_size], group_size terminated/truncated bytes, each 0 or
 // 1 and never both 1 on one row, and final_obs [k, obs...] for k
 // final_obs_index entries that are exactly the truncated rows, strictly

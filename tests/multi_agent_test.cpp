@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,8 @@
 #include "tests/stand_in_learner.h"
 #include "worker/env.h"
 #include "worker/env_group.h"
+#include "worker/envs/uav_coverage.h"
+#include "worker/normalizer.h"
 #include "worker/worker_client.h"
 
 namespace farm {
@@ -112,6 +115,70 @@ EnvSpec BadSpec(const EnvOptions& resolved) {
 EnvOptions BadDefaults() { return {{"bad", 0}}; }
 FARM_REGISTER_ENV("TestBadTeam-v0", BadDefaults(), BadSpec,
                   [](const EnvOptions&, uint64_t) { return std::make_unique<TeamEnv>(); });
+
+// ---------------------------------------------------------------------------
+// A test-only env whose agents finish early (agents_finish_early): kAgents
+// agents, Discrete(2); an agent that chooses 1 is done from that step on (its
+// later actions are ignored). Agent a observes [a, t, 1 if done]; the team
+// reward of step t is t; the env ends as a team when every agent is done, or
+// at the time limit kTeamLimit + 2 (6 steps). Option "comeback" 1: an agent
+// comes back one step after it finished (an env bug EnvGroup refuses).
+class FinishEarlyEnv : public Env {
+ public:
+  explicit FinishEarlyEnv(bool comeback) : comeback_(comeback) {}
+  void reset(float* obs) override {
+    t_ = 0;
+    std::fill(std::begin(done_), std::end(done_), 0);
+    std::fill(std::begin(done_at_), std::end(done_at_), 0);
+    Write(obs);
+  }
+  StepResult step(const ActionRef& action, float* obs) override {
+    ++t_;
+    for (int a = 0; a < kAgents; ++a) {
+      if (!done_[a] && action.discrete[a] == 1) {
+        done_[a] = 1;
+        done_at_[a] = t_;
+      } else if (comeback_ && done_[a] && t_ > done_at_[a]) {
+        done_[a] = 0;
+      }
+    }
+    Write(obs);
+    return StepResult{static_cast<float>(t_), false};  // the team's end is EnvGroup's (all done) or the time limit
+  }
+  void agents_done(uint8_t* out) const override { std::copy(std::begin(done_), std::end(done_), out); }
+
+ private:
+  void Write(float* obs) const {
+    for (int a = 0; a < kAgents; ++a) {
+      obs[a * 3 + 0] = static_cast<float>(a);
+      obs[a * 3 + 1] = static_cast<float>(t_);
+      obs[a * 3 + 2] = static_cast<float>(done_[a]);
+    }
+  }
+  bool comeback_;
+  int t_ = 0;
+  uint8_t done_[kAgents] = {};
+  int done_at_[kAgents] = {};
+};
+
+EnvSpec FinishEarlySpec(const EnvOptions& resolved) {
+  EnvSpec spec;
+  spec.observation = Space::Box({3}, {0.0f}, {1e6f});
+  spec.action = Space::Discrete(2);
+  spec.max_episode_steps = kTeamLimit + 2;
+  spec.num_agents = kAgents;
+  spec.agents_finish_early = resolved.at("declared") != 0;
+  return spec;
+}
+EnvOptions FinishEarlyDefaults() { return {{"comeback", 0}, {"declared", 1}}; }
+FARM_REGISTER_ENV("TestFinishEarly-v0", FinishEarlyDefaults(), FinishEarlySpec, [](const EnvOptions& o, uint64_t) {
+  return std::make_unique<FinishEarlyEnv>(o.at("comeback") != 0);
+});
+// The same spec with an env that does not answer agents_done.
+FARM_REGISTER_ENV("TestFinishEarlyMute-v0", FinishEarlyDefaults(), FinishEarlySpec,
+                  [](const EnvOptions&, uint64_t) { return std::make_unique<StatelessTeamEnv>(); });
+
+std::vector<uint8_t> Bytes(const uint8_t* p, int n) { return std::vector<uint8_t>(p, p + n); }
 
 
 }  // namespace
@@ -248,6 +315,142 @@ wire::Hello TeamHello() {
   return h;
 }
 }  // namespace
+
+TEST_CASE("EnvGroup: an agent that finishes early terminates its row alone, then is inactive with reward 0",
+          "[multi_agent][group][finish_early]") {
+  // 2 envs x 3 agents (rows 0-2: env 0, rows 3-5: env 1), time limit 6. Team reward of step t: t.
+  auto group = MakeGroup("TestFinishEarly-v0", {}, 2, 1);
+  REQUIRE(group->spec().agents_finish_early);
+  using B = std::vector<uint8_t>;
+  const B all_active(6, 1), none(6, 0);
+  CHECK(Bytes(group->active(), 6) == all_active);
+  CHECK_FALSE(group->any_inactive());
+  auto step = [&](std::vector<int64_t> actions) { group->Step(actions.data(), nullptr); };
+
+  // Step 1: env 0's agent 1 finishes. Its row alone is terminated, with the team's reward of the step, and it acts
+  // no more (active 0 already on this step's observation); its env goes on.
+  step({0, 1, 0, 0, 0, 0});
+  CHECK(Bytes(group->terminated(), 6) == B{0, 1, 0, 0, 0, 0});
+  CHECK(Bytes(group->truncated(), 6) == none);
+  CHECK(Floats(group->reward(), 6) == std::vector<float>(6, 1.0f));
+  CHECK(Bytes(group->active(), 6) == B{1, 0, 1, 1, 1, 1});
+  CHECK(group->any_inactive());
+  CHECK(Bytes(group->ended(), 2) == B{0, 0});
+  CHECK(group->finished().empty());
+  CHECK(group->final_obs_index().empty());
+  CHECK(Floats(group->obs() + 3, 3) == std::vector<float>{1, 1, 1});  // still its observation, not a reset's
+
+  // Step 2: the finished row carries no flag, reward 0; env 1's agent 2 finishes (its action 1 after it would be
+  // ignored: agent 1 of env 0 chooses 0 and stays done).
+  step({0, 0, 0, 0, 0, 1});
+  CHECK(Bytes(group->terminated(), 6) == B{0, 0, 0, 0, 0, 1});
+  CHECK(Floats(group->reward(), 6) == std::vector<float>{2, 0, 2, 2, 2, 2});
+  CHECK(Bytes(group->active(), 6) == B{1, 0, 1, 1, 1, 0});
+  CHECK(group->team_reward()[0] == 2.0f);
+
+  // Step 3: env 0's other agents finish together: every agent done ends the env as a team termination, every row
+  // flagged (the earlier finisher's reward still 0), reset, all active again. Env 1 goes on.
+  step({1, 1, 1, 0, 0, 1});
+  CHECK(Bytes(group->terminated(), 6) == B{1, 1, 1, 0, 0, 0});
+  CHECK(Bytes(group->truncated(), 6) == none);
+  CHECK(Floats(group->reward(), 6) == std::vector<float>{3, 0, 3, 3, 3, 0});
+  CHECK(Bytes(group->active(), 6) == B{1, 1, 1, 1, 1, 0});
+  CHECK(Bytes(group->ended(), 2) == B{1, 0});
+  REQUIRE(group->finished().size() == 1);  // one per env, the team's return: 1 + 2 + 3
+  CHECK(group->finished()[0].episode_return == 6.0f);
+  CHECK(group->finished()[0].length == 3);
+  CHECK(Floats(group->obs(), 3) == std::vector<float>{0, 0, 0});  // env 0 reset: t = 0
+
+  // Steps 4-5: nothing new. Step 6: the time limit truncates env 1 with every row flagged truncated (whole envs,
+  // each with its final observation) and env 1's agent 0 finishing on that very step is truncated with them.
+  step({0, 0, 0, 0, 0, 0});
+  step({0, 0, 0, 0, 0, 0});
+  CHECK(Bytes(group->terminated(), 6) == none);
+  CHECK(Floats(group->reward(), 6) == std::vector<float>{2, 2, 2, 5, 5, 0});
+  step({0, 0, 0, 1, 0, 0});
+  CHECK(Bytes(group->terminated(), 6) == none);
+  CHECK(Bytes(group->truncated(), 6) == B{0, 0, 0, 1, 1, 1});
+  CHECK(group->final_obs_index() == std::vector<int32_t>{3, 4, 5});
+  CHECK(Floats(group->final_obs().data() + 6, 3) == std::vector<float>{2, 6, 1});  // agent 2's last observation
+  CHECK(Floats(group->reward(), 6) == std::vector<float>{3, 3, 3, 6, 6, 0});
+  CHECK(Bytes(group->active(), 6) == all_active);
+  CHECK_FALSE(group->any_inactive());
+  CHECK(Bytes(group->ended(), 2) == B{0, 1});
+  REQUIRE(group->finished().size() == 1);
+  CHECK(group->finished()[0].episode_return == 21.0f);  // 1 + ... + 6: the team's, whoever finished
+  CHECK(group->finished()[0].length == 6);
+
+  // A reset makes every row active again.
+  step({1, 0, 0, 0, 0, 0});
+  REQUIRE(group->any_inactive());
+  group->Reset();
+  CHECK(Bytes(group->active(), 6) == all_active);
+  CHECK_FALSE(group->any_inactive());
+}
+
+TEST_CASE("EnvGroup: without agents_finish_early an env's agents share its end, and agents_done is never asked",
+          "[multi_agent][group][finish_early]") {
+  // The same env undeclared: action 1 changes nothing EnvGroup sees; the team ends at the time limit only.
+  auto group = MakeGroup("TestFinishEarly-v0", {{"declared", 0}}, 1, 1);
+  std::vector<int64_t> finish(3, 1);
+  for (int t = 1; t < kTeamLimit + 2; ++t) {
+    group->Step(finish.data(), nullptr);
+    CHECK(Bytes(group->terminated(), 3) == std::vector<uint8_t>(3, 0));
+    CHECK(Bytes(group->active(), 3) == std::vector<uint8_t>(3, 1));
+    CHECK(Floats(group->reward(), 3) == std::vector<float>(3, static_cast<float>(t)));
+  }
+  CHECK_FALSE(group->any_inactive());
+  // An env whose spec declares it must answer agents_done: refused at Create, by name.
+  std::unique_ptr<EnvGroup> mute;
+  const Status st = EnvGroup::Create("TestFinishEarlyMute-v0", {}, 1, 1, &mute);
+  CHECK(st.code() == Status::Code::kInvalidArgument);
+  CHECK_THAT(st.message(), Catch::Contains("declares agents_finish_early, but the env does not override "
+                                           "Env::agents_done"));
+}
+
+TEST_CASE("EnvGroup: an agent that comes back after it finished is refused by name",
+          "[multi_agent][group][finish_early]") {
+  auto group = MakeGroup("TestFinishEarly-v0", {{"comeback", 1}}, 2, 1);
+  std::vector<int64_t> actions{0, 0, 0, 0, 1, 0};
+  group->Step(actions.data(), nullptr);
+  REQUIRE(group->active()[4] == 0);
+  std::fill(actions.begin(), actions.end(), 0);
+  CHECK_THROWS_WITH(group->Step(actions.data(), nullptr),
+                    Catch::Contains("TestFinishEarly-v0 (env 1 of the group): agents_done says agent 1 is not done, "
+                                    "but it was at an earlier step"));
+}
+
+TEST_CASE("Normalizer: an agent's own end neither restarts its env's return nor scales its 0 rewards",
+          "[multi_agent][normalizer][finish_early]") {
+  // Two groups of one env with the same team rewards (t at step t, truncated at 6): in one, agent 0 finishes at
+  // step 1 (its row terminated alone, then reward 0: the first row, which the return must not be read from).
+  NormalizerOptions o;
+  o.reward = true;
+  o.gamma = 0.5;
+  Normalizer early(o, 3), plain(o, 3);
+  REQUIRE(early.AddGroup(1, kAgents) == 0);
+  REQUIRE(plain.AddGroup(1, kAgents) == 0);
+  auto g_early = MakeGroup("TestFinishEarly-v0", {}, 1, 1);
+  auto g_plain = MakeGroup("TestFinishEarly-v0", {}, 1, 1);
+  early.OnReset(0, *g_early);
+  plain.OnReset(0, *g_plain);
+  const std::vector<int64_t> first{1, 0, 0}, stay{0, 0, 0};
+  for (int t = 1; t <= 8; ++t) {
+    g_early->Step(t == 1 ? first.data() : stay.data(), nullptr);
+    g_plain->Step(stay.data(), nullptr);
+    early.OnStep(0, *g_early);
+    plain.OnStep(0, *g_plain);
+    INFO("step " << t);
+    // The same returns G (restarted only when the env ended, after step 6), so the same statistics and scale.
+    CHECK(early.pending_ret().count() == plain.pending_ret().count());
+    CHECK(early.pending_ret().mean()[0] == Approx(plain.pending_ret().mean()[0]));
+    CHECK(early.pending_ret().Variance(0) == Approx(plain.pending_ret().Variance(0)));
+    CHECK(early.reward(0)[1] == plain.reward(0)[1]);
+    CHECK(early.reward(0)[0] == (t >= 2 && t <= 6 ? 0.0f : plain.reward(0)[0]));  // inactive: 0, scaled 0
+  }
+  // By hand: G = 1, 2.5, 4.25, 6.125, 8.0625, 10.03125, then 1, 2.5 after the env's end.
+  CHECK(plain.pending_ret().mean()[0] == Approx((1 + 2.5 + 4.25 + 6.125 + 8.0625 + 10.03125 + 1 + 2.5) / 8));
+}
 
 TEST_CASE("CheckHello: agents per env and the global state, protocol 1 is refused by name", "[multi_agent][wire]") {
   CHECK(kProtocolVersion == 3);
@@ -418,6 +621,71 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
   CHECK(run_status.ok());
   // Every reply, sent before Stop, stepped one group of 2 envs: env steps, not agent rows.
   CHECK(client->stats().env_steps == 2 * replies);
+}
+
+TEST_CASE("WorkerClient: StepRequest.active is sent only while some agent has finished early",
+          "[multi_agent][worker][finish_early]") {
+  testing::StandInLearner learner;
+  FarmConfig config;
+  config.seed = 5;
+  config.env.name = "uav_coverage";
+  config.env.num_envs = 2;
+  config.env.num_groups = 1;  // 2 envs x 3 agents = 6 rows
+  // A battery of one move: the agent told to move once is done; max_steps 3 ends both envs at seq 3.
+  config.env.options = {{"agents", 3}, {"grid", 6}, {"obstacles", 0}, {"window", 3}, {"max_steps", 3}, {"battery", 1}};
+  learner.StartWorker(config);
+
+  std::string identity;
+  wire::Envelope in;
+  learner.Receive(&identity, &in);
+  REQUIRE(in.has_hello());
+  Handshake hs;
+  REQUIRE(CheckHello(in.hello(), &hs).ok());
+  CHECK(hs.observation.shape == std::vector<int64_t>{6, 3, 3});  // the battery channel
+  learner.Accept(identity);
+
+  std::vector<uint64_t> next_seq(1, 0);
+  using B = std::vector<uint8_t>;
+  auto bytes = [](const std::string& s) { return B(s.begin(), s.end()); };
+  for (uint64_t seq = 0; seq <= 4; ++seq) {
+    learner.ReceiveSkippingHeartbeats(&identity, &in);
+    REQUIRE(in.has_step());
+    const wire::StepRequest& req = in.step();
+    INFO("seq " << req.seq());
+    REQUIRE(req.seq() == seq);
+    const Status valid = CheckStepRequest(req, hs.group_rows, hs.observation.shape, next_seq);
+    INFO(valid.ToString());
+    REQUIRE(valid.ok());
+    REQUIRE(CheckStepWholeEnvs(req, hs.num_agents).ok());
+    ++next_seq[0];
+    if (seq == 0 || seq == 3 || seq == 4) {
+      // Before any agent finished, and after both envs ended (time limit at seq 3: reset, every agent acts).
+      CHECK(req.active().empty());
+    } else {
+      // Agent 1 of each env moved at seq 0 and used its battery: its row terminated alone at seq 1, then inactive
+      // with reward 0 until the env's end.
+      CHECK(bytes(req.active()) == B{1, 0, 1, 1, 0, 1});
+      CHECK(bytes(req.terminated()) == (seq == 1 ? B{0, 1, 0, 0, 1, 0} : B(6, 0)));
+      if (seq == 2) CHECK(FloatsOf(req.reward())[1] == 0.0f);
+    }
+    if (seq == 3) {
+      CHECK(bytes(req.truncated()) == B(6, 1));
+      CHECK(req.final_obs_index_size() == 6);
+      CHECK(req.episodes_size() == 2);
+    }
+    wire::Envelope reply;
+    auto* action = reply.mutable_action();
+    action->set_group(0);
+    action->set_seq(req.seq());
+    std::vector<int64_t> actions(6, UavCoverage::kStay);
+    if (seq == 0) actions[1] = actions[4] = UavCoverage::kUp;  // blocked at the border or not, a move uses the battery
+    if (seq == 1) actions[1] = actions[4] = UavCoverage::kDown;  // ignored: those agents are done
+    SetTensor(action->mutable_action(), DType::kInt64, {6}, actions.data(), actions.size() * sizeof(int64_t));
+    learner.Send(identity, reply);
+  }
+  const Status run_status = learner.StopAndJoin(identity);
+  INFO(run_status.ToString());
+  CHECK(run_status.ok());
 }
 
 }  // namespace farm

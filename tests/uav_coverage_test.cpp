@@ -93,7 +93,8 @@ TEST_CASE("uav_coverage: registered with its defaults, the spec follows the opti
                                               {"max_steps", 200},
                                               {"cover_radius", 0},
                                               {"cell_reward", 0.1},
-                                              {"collision_penalty", 0.05}});
+                                              {"collision_penalty", 0.05},
+                                              {"battery", 0}});
   auto group = MakeGroup({}, 2, 1);
   const EnvSpec& spec = group->spec();
   CHECK(spec.observation == Space::Box({5, 7, 7}, {0.0f}, {1.0f}));
@@ -104,6 +105,7 @@ TEST_CASE("uav_coverage: registered with its defaults, the spec follows the opti
   CHECK(spec.max_episode_steps == 200);
   CHECK(group->rows() == 20);
   CHECK(group->state_numel() == 3 * 32 * 32);
+  CHECK_FALSE(spec.agents_finish_early);  // battery 0: unlimited, no agent finishes early
 
   auto small = MakeGroup({{"agents", 3}, {"grid", 8}, {"window", 5}, {"max_steps", 9}}, 1, 1);
   CHECK(small->spec().observation.shape == std::vector<int64_t>{5, 5, 5});
@@ -381,6 +383,97 @@ TEST_CASE("uav_coverage: terminates when every free cell is covered", "[uav]") {
   CHECK(last.terminated);
   CHECK(last.reward == 1.0f);
   CHECK(f.env.covered_cells() == 4);
+}
+
+TEST_CASE("uav_coverage: a battery is used by moves, and a UAV whose battery is empty is done", "[uav][battery]") {
+  // 2 UAVs on a 4 x 4 map, battery 2, window 1: observation channels 0-4 and the battery's, 5.
+  const EnvOptions options = Options({{"agents", 2}, {"grid", 4}, {"obstacles", 0}, {"window", 1}, {"battery", 2}});
+  const EnvSpec spec = UavCoverageSpec(options);
+  CHECK(spec.observation == Space::Box({6, 1, 1}, {0.0f}, {1.0f}));
+  CHECK(*spec.global_state == Space::Box({4, 4, 4}, {0.0f}, {1.0f}));
+  CHECK(spec.agents_finish_early);
+  UavCoverage env(ParseUavCoverageOptions(options), 1);
+  REQUIRE(env.obs_channels() == 6);
+  std::vector<float> obs(2 * 6), state(4 * 16);
+  env.reset(obs.data());
+  env.SetLayout({}, {{0, 0}, {3, 3}}, obs.data());
+  auto step = [&](std::vector<int64_t> actions) {
+    ActionRef a;
+    a.discrete = actions.data();
+    return env.step(a, obs.data());
+  };
+  auto done = [&] {
+    std::vector<uint8_t> out(2, 7);
+    env.agents_done(out.data());
+    return out;
+  };
+  CHECK(done() == std::vector<uint8_t>{0, 0});
+  CHECK(obs[5] == 1.0f);  // a full battery
+  // Staying is free; a move blocked by the border uses a unit all the same (and is a collision).
+  StepResult r = step({kStay, kDown});
+  CHECK(env.battery_left(0) == 2);
+  CHECK(env.battery_left(1) == 1);
+  CHECK(r.reward == -0.5f);
+  CHECK(obs[6 + 5] == 0.5f);
+  r = step({kRight, kUp});  // UAV 1 flies its last move: done, after covering (2, 3)
+  CHECK(r.reward == 2.0f);
+  CHECK_FALSE(r.terminated);
+  CHECK(done() == std::vector<uint8_t>{0, 1});
+  CHECK(obs[6 + 5] == 0.0f);
+  env.state(state.data());
+  CHECK(state[3 * 16 + 1] == 0.5f);          // UAV 0 at (0, 1), half its battery left
+  CHECK(state[3 * 16 + 2 * 4 + 3] == 0.0f);  // UAV 1 at (2, 3), none
+  // A done UAV's moves are ignored: it stays, blocks its cell, covers nothing and collides with nothing.
+  r = step({kStay, kLeft});
+  CHECK(env.AgentCell(1) == std::pair<int, int>{2, 3});
+  CHECK(r.reward == 0.0f);
+  CHECK(env.last_collisions() == 0);
+  CHECK(done() == std::vector<uint8_t>{0, 1});
+  // The last UAV's battery runs out: every UAV done terminates the episode, with the map not covered.
+  r = step({kDown, kStay});
+  CHECK(r.terminated);
+  CHECK(env.covered_cells() < env.free_cells());
+  CHECK(done() == std::vector<uint8_t>{1, 1});
+  // A reset refills every battery.
+  env.reset(obs.data());
+  CHECK(done() == std::vector<uint8_t>{0, 0});
+  CHECK(env.battery_left(0) == 2);
+  CHECK(obs[5] == 1.0f);
+  // Bad values are refused by name.
+  std::unique_ptr<EnvGroup> group;
+  const Status st = EnvGroup::Create("uav_coverage", Options({{"battery", -1}}), 1, 0, &group);
+  CHECK_THAT(st.message(), Catch::Contains("option 'battery' must be a whole number from 0"));
+}
+
+TEST_CASE("uav_coverage: with a battery, EnvGroup ends UAVs alone and the team when all are done",
+          "[uav][group][battery]") {
+  // 1 env x 3 UAVs on a 5 x 5 map, battery 1: each UAV is done after its first move.
+  auto group = MakeGroup(
+      Options({{"agents", 3}, {"grid", 5}, {"obstacles", 0}, {"window", 3}, {"battery", 1}, {"max_steps", 50}}), 1, 4);
+  REQUIRE(group->spec().agents_finish_early);
+  using B = std::vector<uint8_t>;
+  auto bytes = [](const uint8_t* p) { return B(p, p + 3); };
+  std::vector<int64_t> actions{kUp, kStay, kStay};
+  group->Step(actions.data(), nullptr);
+  CHECK(bytes(group->terminated()) == B{1, 0, 0});
+  CHECK(bytes(group->active()) == B{0, 1, 1});
+  const float first = group->reward()[0];
+  CHECK(group->reward()[1] == first);  // the team's reward of the step that ended it
+  actions = {kStay, kDown, kStay};
+  group->Step(actions.data(), nullptr);
+  CHECK(bytes(group->terminated()) == B{0, 1, 0});
+  CHECK(bytes(group->active()) == B{0, 0, 1});
+  CHECK(group->reward()[0] == 0.0f);
+  CHECK(group->finished().empty());
+  actions = {kStay, kStay, kLeft};
+  group->Step(actions.data(), nullptr);
+  CHECK(bytes(group->terminated()) == B{1, 1, 1});
+  CHECK(group->reward()[0] == 0.0f);
+  CHECK(group->reward()[1] == 0.0f);
+  CHECK(group->reward()[2] == group->team_reward()[0]);
+  CHECK(bytes(group->active()) == B{1, 1, 1});  // a new episode: every UAV flies again
+  REQUIRE(group->finished().size() == 1);
+  CHECK(group->finished()[0].length == 3);
 }
 
 TEST_CASE("uav_coverage: through EnvGroup the team reward is on every agent row, truncated at max_steps",

@@ -431,6 +431,59 @@ TEST_CASE("CheckStepRequest: a multi-agent worker's truncated env lists every on
   CHECK_THAT(st.message(), Catch::Contains("row 3 was truncated but is not listed"));
 }
 
+TEST_CASE("CheckStepRequest: active is absent or a 0/1 byte per row, and all 1 on a first request", "[wire]") {
+  // 2 envs x 2 agents. Env 0: agent 1 terminated alone with this step (its row terminated, no longer acting).
+  // Env 1: agent 0 finished earlier (inactive, reward 0), and the env goes on.
+  const std::vector<int64_t> obs_shape{3};
+  const std::vector<uint64_t> next_seq{4};
+  const std::vector<float> obs(12, 0.5f), reward{1.f, 1.f, 0.f, 1.f};
+  wire::StepRequest step;
+  step.set_seq(4);
+  SetTensor(step.mutable_obs(), DType::kFloat32, {4, 3}, obs.data(), 48);
+  SetTensor(step.mutable_reward(), DType::kFloat32, {4}, reward.data(), 16);
+  step.set_terminated(std::string("\0\1\0\0", 4));
+  step.set_truncated(std::string(4, '\0'));
+  step.set_active(std::string("\1\0\0\1", 4));
+  REQUIRE(CheckStepRequest(step, 4, obs_shape, next_seq).ok());
+  wire::StepRequest absent = step;
+  absent.clear_active();
+  CHECK(CheckStepRequest(absent, 4, obs_shape, next_seq).ok());  // every row acts
+
+  auto refused = [&](const wire::StepRequest& req, const std::vector<uint64_t>& seq, const char* why) {
+    const Status st = CheckStepRequest(req, 4, obs_shape, seq);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == Status::Code::kProtocol);
+    CHECK_THAT(st.message(), Catch::Contains(why));
+  };
+  wire::StepRequest bad = step;
+  SECTION("a byte per row or none") {
+    bad.set_active(std::string(3, '\1'));
+    refused(bad, next_seq, "StepRequest.active: expected 4 bytes (one per row) or none, got 3");
+    bad.set_active(std::string(8, '\1'));  // a byte per row of twice the envs: not this group's
+    refused(bad, next_seq, "StepRequest.active: expected 4 bytes (one per row) or none, got 8");
+  }
+  SECTION("a byte other than 0 or 1") {
+    (*bad.mutable_active())[3] = 2;
+    refused(bad, next_seq, "StepRequest.active: row 3 holds 2, expected 0 or 1");
+    bad = step;
+    (*bad.mutable_active())[0] = '\xff';
+    refused(bad, next_seq, "StepRequest.active: row 0 holds 255, expected 0 or 1");
+  }
+  SECTION("a first request acts on every row") {
+    wire::StepRequest first;
+    first.set_seq(0);
+    first.set_first(true);
+    SetTensor(first.mutable_obs(), DType::kFloat32, {4, 3}, obs.data(), 48);
+    first.set_active(std::string(4, '\1'));
+    CHECK(CheckStepRequest(first, 4, obs_shape, {0}).ok());
+    first.set_active(std::string("\1\1\0\1", 4));
+    refused(first, {0},
+            "StepRequest.active: row 2 is 0 on a first request, expected 1 (every agent acts after a reset)");
+    first.set_active(std::string("\1\1\3\1", 4));  // the values are checked on a first request too
+    refused(first, {0}, "StepRequest.active: row 2 holds 3, expected 0 or 1");
+  }
+}
+
 TEST_CASE("non-finite values are found at their first index and replaced by 0, message size bound", "[wire]") {
   // A group of 3 envs with 700-float observations: the obs tensor spans more than one 1024-float scan chunk.
   const int64_t n = 3, dim = 700;

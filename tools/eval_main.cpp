@@ -212,12 +212,11 @@ int main(int argc, char** argv) {
         for (int r = 0; r < rows; ++r)
           if (group->terminated()[r] || group->truncated()[r]) core_state[r].zero_();
       }
-      // finished() lists the ended episodes in env order; match them to the envs that ended (an env's flags
-      // are on each of its rows: read its first).
+      // finished() lists the ended episodes in env order; match them to the envs that ended (not to a first
+      // row's flags: an agent that finished early terminates its row alone while its env goes on).
       std::size_t next = 0;
       for (int i = 0; i < num_envs; ++i) {
-        const int row = i * group->num_agents();
-        if (!group->terminated()[row] && !group->truncated()[row]) continue;
+        if (!group->ended()[i]) continue;
         const farm::EpisodeStat& ep = group->finished().at(next++);
         if (quota[i] > 0) {
           --quota[i];

@@ -98,11 +98,11 @@ int main(int argc, char** argv) {
     }
     group->Step(integer ? discrete.data() : nullptr, integer ? nullptr : continuous.data());
     steps += num_envs;
-    // finished() lists the ended episodes in env order; an env's flags are on its first row.
+    // finished() lists the ended episodes in env order (an env's first row may be flagged while it goes on, when
+    // its agent finished early: ended() says which envs ended).
     std::size_t next = 0;
     for (int e = 0; e < num_envs; ++e) {
-      const int row = e * agents;
-      if (!group->terminated()[row] && !group->truncated()[row]) continue;
+      if (!group->ended()[e]) continue;
       const farm::EpisodeStat& ep = group->finished().at(next++);
       if (quota[e] > 0) {
         --quota[e];

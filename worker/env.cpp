@@ -13,6 +13,11 @@ void Env::state(float* /*out*/) const {
   throw std::logic_error("this env's spec declares a global_state, but the env does not override Env::state");
 }
 
+void Env::agents_done(uint8_t* /*out*/) const {
+  throw std::logic_error(
+      "this env's spec declares agents_finish_early, but the env does not override Env::agents_done");
+}
+
 EnvRegistry& EnvRegistry::Global() {
   // Function-local so registrations from any translation unit's static
   // initialisers find it constructed, whatever the initialisation order.

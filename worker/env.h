@@ -37,6 +37,16 @@ struct EnvSpec {
   // above; reset/step write num_agents observations and step reads
   // num_agents actions, agent-major. Reward and termination are the team's.
   int num_agents = 1;
+  // Agents that finish before their env ends (MAPPO's active masks): with
+  // true, EnvGroup asks Env::agents_done after every step. An agent that is
+  // done gets its row terminated on the step that ends it (a termination:
+  // nothing is bootstrapped past it) while the env goes on; from then until
+  // the env's end it is inactive (StepRequest.active 0): its action is
+  // ignored, its reward is 0 and the learner leaves its row out of training.
+  // The env ends as today (Env::step's terminated, the time limit) or when
+  // every agent is done. For multi-agent envs; with one agent, its end is the
+  // env's. False: agents_done is never called.
+  bool agents_finish_early = false;
   // A float32 box describing the whole env (e.g. a map for a centralised
   // critic), written by Env::state after every reset and step. None: no state.
   std::optional<Space> global_state;
@@ -71,6 +81,14 @@ class Env {
   // The default throws std::logic_error: a spec that declares a state must
   // come with an env that writes it.
   virtual void state(float* out) const;
+  // Only for specs with agents_finish_early: writes num_agents bytes, 1 for
+  // each agent whose part in the episode is over (it must stay 1 until the
+  // next reset; EnvGroup refuses an agent that comes back), 0 for the others
+  // (EnvGroup calls it after every step). A finished agent still gets its
+  // slot of the observations written by step (its last one, or whatever the
+  // env shows it) and an action, which the env must ignore. The default
+  // throws std::logic_error, as state does.
+  virtual void agents_done(uint8_t* out) const;
 };
 
 // A registered environment family. `default_options` names every option the

@@ -177,6 +177,10 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   group->reward_.assign(rows, 0.0f);
   group->terminated_.assign(rows, 0);
   group->truncated_.assign(rows, 0);
+  group->active_.assign(rows, 1);
+  if (group->spec_.agents_finish_early) group->done_.assign(rows, 0);
+  group->ended_.assign(n, 0);
+  group->team_reward_.assign(n, 0.0f);
   group->episode_length_.assign(n, 0);
   group->episode_return_.assign(n, 0.0);
   // At most every env finishes in one Step: reserving that much now keeps Step
@@ -188,9 +192,24 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   // Start in a steppable state; a later Reset() simply starts new episodes.
   try {
     group->Reset();
+    // An env whose spec declares agents_finish_early must answer agents_done: ask now, so that one that does
+    // not is refused here by name rather than at its first step. Nothing is finished right after a reset.
+    if (group->spec_.agents_finish_early) {
+      for (int e = 0; e < num_envs; ++e) {
+        uint8_t* done = group->done_.data() + static_cast<std::size_t>(e) * group->spec_.num_agents;
+        group->envs_[e]->agents_done(done);
+        for (int a = 0; a < group->spec_.num_agents; ++a)
+          if (done[a] != 0)
+            return Status::InvalidArgument(fmt::format(
+                "env {}: agents_done says agent {} of env {} is done right after a reset, expected every agent "
+                "to act at an episode's start",
+                env_name, a, e));
+      }
+    }
   } catch (const std::logic_error& e) {
     // An env that cannot start, such as one whose spec promises a global state
-    // it does not write (Env::state's default throws std::logic_error).
+    // it does not write (Env::state's default throws std::logic_error), or
+    // agents_finish_early without agents_done.
     return Status::InvalidArgument(fmt::format("env {}: {}", env_name, e.what()));
   }
   *out = std::move(group);
@@ -239,6 +258,10 @@ void EnvGroup::Reset() {
   std::fill(reward_.begin(), reward_.end(), 0.0f);
   std::fill(terminated_.begin(), terminated_.end(), 0);
   std::fill(truncated_.begin(), truncated_.end(), 0);
+  std::fill(active_.begin(), active_.end(), 1);  // every agent acts after a reset
+  inactive_rows_ = 0;
+  std::fill(ended_.begin(), ended_.end(), 0);
+  std::fill(team_reward_.begin(), team_reward_.end(), 0.0f);
   std::fill(episode_length_.begin(), episode_length_.end(), 0);
   std::fill(episode_return_.begin(), episode_return_.end(), 0.0);
   for (int e = 0; e < size(); ++e) ResetEnv(e);
@@ -289,16 +312,57 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     WriteState(e);
     const int32_t length = ++episode_length_[e];
     episode_return_[e] += res.reward;
+    team_reward_[e] = res.reward;
+    // Agents that finish early: which are done now. Every agent done ends the env as a team termination (there
+    // is no one left to act, and nothing to bootstrap).
+    const uint8_t* done = nullptr;
+    bool all_done = false;
+    if (spec_.agents_finish_early) {
+      uint8_t* answers = done_.data() + first_row;
+      envs_[e]->agents_done(answers);
+      all_done = true;
+      for (int a = 0; a < agents; ++a) {
+        // A row inactive since an earlier step that comes back would act again mid-episode: the learner has
+        // already left it out until the env's end, so this is an env bug.
+        if (!active_[first_row + a] && !answers[a])
+          throw std::logic_error(fmt::format(
+              "env {} (env {} of the group): agents_done says agent {} is not done, but it was at an earlier "
+              "step; an agent's part stays over until the next reset",
+              spec_.name, e, a));
+        all_done = all_done && answers[a] != 0;
+      }
+      done = answers;
+    }
     // Gymnasium's TimeLimit: truncation only when the env did not terminate on
     // the same step, so the learner never bootstraps past a real terminal.
-    const bool terminated = res.terminated;
+    const bool terminated = res.terminated || all_done;
     const bool truncated = !terminated && max_steps > 0 && length >= max_steps;
-    for (int r = first_row; r < first_row + agents; ++r) {
-      reward_[r] = res.reward;
-      terminated_[r] = terminated;
-      truncated_[r] = truncated;
+    const bool ended = terminated || truncated;
+    ended_[e] = ended;
+    if (done == nullptr) {
+      for (int r = first_row; r < first_row + agents; ++r) {
+        reward_[r] = res.reward;
+        terminated_[r] = terminated;
+        truncated_[r] = truncated;
+      }
+    } else {
+      for (int r = first_row; r < first_row + agents; ++r) {
+        const bool was_active = active_[r] != 0;  // acted on the observation this step answered
+        const bool now_done = done[r - first_row] != 0;
+        // An agent's own end (while its env goes on) is a termination of its row alone. At the env's end every
+        // row gets the env's flag, as without agents_finish_early: truncated rows must be whole envs (the
+        // learner keeps an env's agents together), so an agent done on the time limit's step is truncated
+        // with the others.
+        reward_[r] = was_active ? res.reward : 0.0f;
+        terminated_[r] = terminated || (!truncated && was_active && now_done);
+        truncated_[r] = truncated;
+        // After the env's end the reset below starts a new episode in which every agent acts.
+        const uint8_t active = ended || !now_done ? 1 : 0;
+        inactive_rows_ += static_cast<int64_t>(active_[r]) - active;
+        active_[r] = active;
+      }
     }
-    if (terminated || truncated) {
+    if (ended) {
       finished_.push_back(EpisodeStat{static_cast<float>(episode_return_[e]), length});
       // A truncated episode's value is bootstrapped from its last observation
       // (and state), which the reset below overwrites: keep a copy per row

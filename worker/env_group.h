@@ -88,10 +88,24 @@ class EnvGroup {
 
   // [rows, obs...] in spec().observation's shape (stacked frames with frame_stack > 1).
   const float* obs() const { return frame_stack_ > 1 ? stacked_.data() : frames_.data(); }
-  // The env's team reward and flags, repeated on each of its rows.
+  // The env's team reward and flags, repeated on each of its rows; with
+  // agents_finish_early (env.h), per row: an agent's own end terminates its
+  // row alone, and a row inactive before the step gets reward 0. An env has
+  // ended when every one of its rows is flagged (ended()), not when its first is.
   const float* reward() const { return reward_.data(); }  // [rows]
   const uint8_t* terminated() const { return terminated_.data(); }
   const uint8_t* truncated() const { return truncated_.data(); }
+  // [rows]: 1 where the row's agent acts on obs(), 0 where it finished earlier
+  // in its env's episode (including with the last Step: the row that step
+  // terminated). Always 1 without agents_finish_early and after a reset.
+  const uint8_t* active() const { return active_.data(); }
+  // Whether some row is inactive now (StepRequest.active is sent only then).
+  bool any_inactive() const { return inactive_rows_ > 0; }
+  // [envs]: 1 for each env whose episode ended with the last Step (terminated,
+  // truncated, or every agent done), and its team reward of that step (what
+  // each of its rows that still acted got).
+  const uint8_t* ended() const { return ended_.data(); }
+  const float* team_reward() const { return team_reward_.data(); }
   // Rows of envs truncated (not terminated) by the last Step, ascending (all
   // agent rows of each such env), and their final observations (stacked like
   // obs(): the frames before the reset, the last one newest).
@@ -139,6 +153,11 @@ class EnvGroup {
   std::vector<float> reward_;
   std::vector<uint8_t> terminated_;
   std::vector<uint8_t> truncated_;
+  std::vector<uint8_t> active_;     // [rows]
+  std::vector<uint8_t> done_;       // [rows]: Env::agents_done's answers (agents_finish_early only)
+  int64_t inactive_rows_ = 0;       // zeros in active_
+  std::vector<uint8_t> ended_;      // [envs]
+  std::vector<float> team_reward_;  // [envs]
   std::vector<int32_t> final_obs_index_;
   std::vector<float> final_obs_;
   std::vector<float> global_state_;

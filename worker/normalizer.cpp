@@ -76,22 +76,23 @@ void Normalizer::OnStep(int g, const EnvGroup& group) {
     s.reward_out = group.reward();
     return;
   }
-  const int agents = s.agents;
   if (!frozen_) {
     for (int e = 0; e < s.envs; ++e) {
-      // An env's reward is on each of its rows: read the first.
-      s.returns[e] = options_.gamma * s.returns[e] + static_cast<double>(group.reward()[e * agents]);
+      // The env's team reward: not a row's, since an agent that finished early (env.h, agents_finish_early)
+      // gets 0 on its row while the team goes on.
+      s.returns[e] = options_.gamma * s.returns[e] + static_cast<double>(group.team_reward()[e]);
       pending_ret_.Add(&s.returns[e]);
       if (!has_global_ret_) own_ret_.Add(&s.returns[e]);
     }
   }
   const RunningMoments& view = ret_view();
-  for (int e = 0; e < s.envs; ++e) {
-    const int row = e * agents;
-    const float scaled = ScaleReward(group.reward()[row], view, options_.reward_clip);
-    for (int a = 0; a < agents; ++a) s.reward[static_cast<std::size_t>(row + a)] = scaled;
-    if (group.terminated()[row] || group.truncated()[row]) s.returns[e] = 0.0;
-  }
+  // Each row's own reward (the team's, or 0 on a row whose agent had finished).
+  const int64_t rows = group.rows();
+  for (int64_t r = 0; r < rows; ++r)
+    s.reward[static_cast<std::size_t>(r)] = ScaleReward(group.reward()[r], view, options_.reward_clip);
+  // An env's return restarts only when the env ended (every row flagged), not at one agent's own termination.
+  for (int e = 0; e < s.envs; ++e)
+    if (group.ended()[e]) s.returns[e] = 0.0;
   s.reward_out = s.reward.data();
 }
 

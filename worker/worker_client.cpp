@@ -175,6 +175,8 @@ void WorkerClient::SendStep(int g, bool first) {
     SetTensor(req->mutable_reward(), DType::kFloat32, {n}, reward, static_cast<std::size_t>(n) * sizeof(float));
     req->set_terminated(group.terminated(), static_cast<std::size_t>(n));
     req->set_truncated(group.truncated(), static_cast<std::size_t>(n));
+    // Only while some agent has finished early: absent, every row acts, so other envs' requests are unchanged.
+    if (group.any_inactive()) req->set_active(group.active(), static_cast<std::size_t>(n));
     const auto& idx = group.final_obs_index();
     if (!idx.empty()) {
       req->mutable_final_obs_index()->Assign(idx.begin(), idx.end());

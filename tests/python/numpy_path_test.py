@@ -221,10 +221,13 @@ g.reset()
 for t in range(1, 6):
     obs, r, term, trunc, info = g.step(np.array([2, 1, 0], np.int64))
     if t < 5:
-        assert not trunc.any() and not term.any()
+        # a1's own end terminates its row alone at step 2; it is inactive from then on.
+        assert not trunc.any() and term.tolist() == ([0, 1, 0] if t == 2 else [0, 0, 0]), (t, term)
+        assert g.active.tolist() == ([1, 1, 1] if t < 2 else [1, 0, 1]), (t, g.active)
         assert obs[1].tolist() == [1, min(t, 2)], (t, obs)  # a1 keeps its last observation after it finished
         assert r.tolist() == ([1, 1, 1] if t <= 2 else [1, 0, 1]), (t, r)
 assert trunc.tolist() == [1, 1, 1] and info["final_obs_index"] == [0, 1, 2] and info["final_state"].tolist() == [[5]]
+assert g.active.tolist() == [1, 1, 1] and not g.any_inactive  # reset: every agent acts again
 assert info["final_obs"][:, 1].tolist() == [5, 2, 5]
 assert z.seen[0] == {"a0": 2, "a1": 1, "a2": 0} and z.seen[2] == {"a0": 2, "a2": 0}, z.seen
 assert g.state.tolist() == [[0]]  # reset in the same step
@@ -232,6 +235,153 @@ w = fw.PythonWorker([Zoo] * 4, "tcp://127.0.0.1:1", num_groups=2)
 assert w.num_agents == 3 and w.state_space.shape == (1,) and w.env_name == "zoo_v0" and w.num_envs == 4
 w.close()
 print("PettingZoo Parallel envs ok")
+
+
+# 4b. Agents that finish before their env: one terminated alone, one truncated alone (PettingZoo and the array style
+# with per-agent flags), the rows' flags, active bytes and rewards, frame stacking, the normaliser and the request.
+class EarlyZoo:
+    """Agents b0..b2, team reward 1 to each live agent; b0 terminates after step 1, b2 is truncated after step 2 (its
+    own time limit), b1 goes on until step 4 (terminated: the env ends). Observations [agent, t]."""
+    metadata = {"name": "early_zoo_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["b0", "b1", "b2"]
+
+    def observation_space(self, agent):
+        return fw.Box(-10.0, 10.0, (2,))
+
+    def action_space(self, agent):
+        return fw.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: [i, 0] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents), (actions, self.agents)  # no action for a finished agent
+        self.t += 1
+        obs = {a: [self.possible_agents.index(a), self.t] for a in self.agents}
+        rew = {a: 1.0 for a in self.agents}
+        term = {a: (a == "b0" and self.t == 1) or (a == "b1" and self.t == 4) for a in self.agents}
+        trunc = {a: a == "b2" and self.t == 2 for a in self.agents}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, {a: {} for a in obs}
+
+
+class EarlyArrays:
+    """The same episode in the array style, with per-agent flag arrays and a team reward of 1."""
+    num_agents = 3
+    observation_space = fw.Box(-10.0, 10.0, (2,))
+    action_space = fw.Discrete(2)
+
+    def reset(self, seed=None):
+        self.t = 0
+        self.last = [[a, 0] for a in range(3)]
+        return self.last, None
+
+    def step(self, actions):
+        self.t += 1
+        live = [self.t <= 1, self.t <= 4, self.t <= 2]
+        self.last = [[a, self.t] if live[a] else self.last[a] for a in range(3)]
+        # b0's terminated stays True after its end (ignored: not a new end).
+        term = np.array([self.t >= 1, self.t == 4, False])
+        trunc = np.array([False, False, self.t == 2])
+        return self.last, None, 1.0, term, trunc, {}
+
+
+# Step by step for an env of either kind: (terminated, truncated, active, reward) of its rows after step t.
+EARLY = {1: ([1, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 1]),   # b0 terminated alone: its row flagged, inactive
+         2: ([0, 0, 0], [0, 0, 0], [0, 1, 0], [0, 1, 1]),   # b2 truncated alone: no flag, inactive; b0's reward 0
+         3: ([0, 0, 0], [0, 0, 0], [0, 1, 0], [0, 1, 0]),
+         4: ([1, 1, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0])}   # b1 terminates, last: the env ends, every row flagged
+for make in (EarlyZoo, EarlyArrays):
+    g = ArrayGroup([make(), make()])
+    g.reset()
+    for t in range(1, 9):
+        obs, r, term, trunc, info = g.step(np.zeros(6, np.int64))
+        want_term, want_trunc, want_active, want_r = EARLY[(t - 1) % 4 + 1]
+        for name, got, want in (("terminated", term, want_term), ("truncated", trunc, want_trunc),
+                                ("active", g.active, want_active), ("reward", r, want_r)):
+            assert got.tolist() == want * 2, (make.__name__, t, name, got.tolist())
+        assert g.any_inactive == (t % 4 != 0)
+        assert g.env_ended.tolist() == [t % 4 == 0] * 2
+        assert not info["final_obs_index"]  # b2's truncation alone has no final observation: its row keeps its last
+        if t % 4 == 2:
+            assert obs[:3].tolist() == [[0, 1], [1, 2], [2, 2]], obs  # finished agents keep their last observation
+        if t % 4 == 0:
+            # The team's 1 a step (arrays), or the mean over agents of their summed rewards (PettingZoo: 3 + 2 + 1 + 1).
+            want = 4.0 if make is EarlyArrays else 7 / 3
+            assert [(round(ret, 9), n) for ret, n in info["episodes"]] == [(round(want, 9), 4)] * 2, info["episodes"]
+            assert obs[:, 1].tolist() == [0] * 6  # reset
+print("agents that finish early ok (PettingZoo and per-agent arrays)")
+
+# Time-limit truncation of the whole env after an agent finished: every row truncated, whole envs listed.
+class LimitedZoo(EarlyZoo):
+    """EarlyZoo with a time limit at step 3: every live agent (b1) truncated then, after b0 and b2 finished."""
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = super().step(actions)
+        if self.t == 3:
+            trunc = {a: True for a in trunc}
+            self.agents = []
+        return obs, rew, term, trunc, infos
+
+
+g = ArrayGroup([LimitedZoo()])
+g.reset()
+for t in range(1, 4):
+    obs, r, term, trunc, info = g.step(np.zeros(3, np.int64))
+assert trunc.tolist() == [1, 1, 1] and term.tolist() == [0, 0, 0] and info["final_obs_index"] == [0, 1, 2]
+assert info["final_obs"].tolist() == [[0, 1], [1, 3], [2, 2]] and g.active.tolist() == [1, 1, 1]
+expect_error(lambda: ArrayGroup([type("Bad", (EarlyArrays,), {"step": lambda self, a: (
+    [[0, 0]] * 3, None, 1.0, np.zeros(2, bool), False, {})})()]).step(np.zeros(3, np.int64)),
+    "env 0", "terminated has 2 values", "expected a bool (the team's) or 3 (one per agent)")
+
+# Frame stacking: a row whose agent finished alone keeps its frames (no reset fill); the env's reset fills them.
+fs = FrameStackGroup(ArrayGroup([EarlyArrays()]), 2)
+fs.reset()
+fs.step(np.zeros(3, np.int64))
+assert fs.obs[0].tolist() == [0, 0, 0, 1], fs.obs  # b0 terminated alone: the reset frame, then its last
+fs.step(np.zeros(3, np.int64))
+assert fs.obs[0].tolist() == [0, 1, 0, 1] and fs.obs[2].tolist() == [2, 1, 2, 2], fs.obs
+fs.step(np.zeros(3, np.int64))
+fs.step(np.zeros(3, np.int64))
+assert fs.obs[:, 1].tolist() == [0] * 3 and fs.obs[:, 3].tolist() == [0] * 3  # reset: every frame the first
+
+# The normaliser: each env's return G restarts only when the env ends, of the team's reward (rows inactive carry 0).
+opts = fw.NormalizerOptions(obs=False, reward=True, gamma=0.5)
+nn = NumpyNormalizer(opts, 2)
+nn.add_group(1, 3)
+g = ArrayGroup([EarlyArrays()])
+g.reset()
+nn.on_reset(0, g)
+for t in range(1, 6):
+    _, r, _, _, info = g.step(np.zeros(3, np.int64))
+    nn.on_step(0, g, info["final_obs"])
+    assert (nn.reward(0) == 0).tolist() == (r == 0).tolist()  # 0 stays 0 when scaled
+# G = 1, 1.5, 1.75, 1.875 (env over: restart), 1 (team reward 1 a step, whoever finished).
+assert nn.pending_ret.count == 5 and abs(nn.pending_ret.mean[0] - (1 + 1.5 + 1.75 + 1.875 + 1) / 5) < 1e-12, \
+    nn.pending_ret.mean
+
+# The request: StepRequest.active only while some row is inactive.
+sent = []
+w = fw.PythonWorker([EarlyZoo] * 2, "tcp://127.0.0.1:1", num_groups=1)
+w._send = sent.append
+w._start_groups(seeded=True)
+for seq in range(5):
+    req = sent[-1].step
+    assert req.seq == seq and bytes(req.active) == (b"" if seq in (0, 4) else bytes(EARLY[seq][2] * 2)), \
+        (seq, bytes(req.active))
+    if seq:
+        assert bytes(req.terminated) == bytes(EARLY[seq][0] * 2), (seq, bytes(req.terminated))
+    reply = w.pb.ActionReply(group=0, seq=seq)
+    reply.action.dtype = w.pb.INT64
+    reply.action.shape.extend([6])
+    reply.action.data = np.zeros(6, "<i8").tobytes()
+    w._waiting[0] = True
+    w._on_action(reply)
+w.close()
+print("finished agents' flags, frames, normaliser and requests ok")
 
 
 # 5. Vectorised envs.

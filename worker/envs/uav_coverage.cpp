@@ -57,6 +57,7 @@ UavCoverageOptions ParseUavCoverageOptions(const EnvOptions& resolved) {
   o.cover_radius = WholeOption(resolved, "cover_radius", 0, o.grid);
   o.cell_reward = RealOption(resolved, "cell_reward", 0.0);
   o.collision_penalty = RealOption(resolved, "collision_penalty", 0.0);
+  o.battery = WholeOption(resolved, "battery", 0, 1000000000);
   return o;
 }
 
@@ -72,6 +73,7 @@ UavCoverage::UavCoverage(const UavCoverageOptions& options, uint64_t seed) : o_(
   target_.assign(agents, 0);
   moving_.assign(agents, 0);
   revert_.assign(agents, 0);
+  battery_left_.assign(agents, o_.battery);
 }
 
 int UavCoverage::CoverAround(int cell) {
@@ -103,6 +105,7 @@ void UavCoverage::StartCoverage() {
   }
   last_collisions_ = 0;
   last_new_cells_ = 0;
+  std::fill(battery_left_.begin(), battery_left_.end(), o_.battery);
 }
 
 void UavCoverage::reset(float* obs) {
@@ -126,6 +129,7 @@ StepResult UavCoverage::step(const ActionRef& action, float* obs) {
   const int n = o_.agents;
   int collisions = 0;
   // Intended moves; the border and obstacles block at once.
+  const bool battery = o_.battery > 0;
   for (int a = 0; a < n; ++a) {
     const int64_t act = action.discrete[a];
     // EnvGroup checks actions against the spec; this catches direct callers.
@@ -137,6 +141,11 @@ StepResult UavCoverage::step(const ActionRef& action, float* obs) {
     moving_[a] = 0;
     target_[a] = pos_[a];
     if (act == kStay) continue;
+    if (battery) {
+      // A done UAV stays, whatever it is told (the learner leaves its rows out); a move uses a unit, blocked or not.
+      if (battery_left_[a] == 0) continue;
+      --battery_left_[a];
+    }
     if (!Inside(row, col) || obstacle_[Cell(row, col)]) {
       ++collisions;
       continue;
@@ -192,6 +201,8 @@ StepResult UavCoverage::step(const ActionRef& action, float* obs) {
   StepResult result;
   result.reward = static_cast<float>(o_.cell_reward * new_cells - o_.collision_penalty * collisions);
   result.terminated = covered_count_ == free_cells_;
+  if (battery && !result.terminated)
+    result.terminated = std::all_of(battery_left_.begin(), battery_left_.end(), [](int left) { return left == 0; });
   return result;
 }
 
@@ -200,8 +211,9 @@ void UavCoverage::WriteObs(float* obs) const {
   const int half = w / 2;
   const auto plane = static_cast<std::size_t>(w) * static_cast<std::size_t>(w);
   const auto last = static_cast<float>(o_.grid - 1);
+  const int channels = obs_channels();
   for (int a = 0; a < o_.agents; ++a) {
-    float* out = obs + static_cast<std::size_t>(a) * kObsChannels * plane;
+    float* out = obs + static_cast<std::size_t>(a) * channels * plane;
     const int row = pos_[a] / o_.grid;
     const int col = pos_[a] % o_.grid;
     float* blocked = out;
@@ -226,6 +238,9 @@ void UavCoverage::WriteObs(float* obs) const {
     }
     std::fill(out + 3 * plane, out + 4 * plane, static_cast<float>(col) / last);
     std::fill(out + 4 * plane, out + 5 * plane, static_cast<float>(row) / last);
+    if (o_.battery > 0)
+      std::fill(out + 5 * plane, out + 6 * plane,
+                static_cast<float>(battery_left_[a]) / static_cast<float>(o_.battery));
   }
 }
 
@@ -236,6 +251,16 @@ void UavCoverage::state(float* out) const {
     out[cells + c] = covered_[c] ? 1.0f : 0.0f;
     out[2 * cells + c] = occupant_[c] >= 0 ? 1.0f : 0.0f;
   }
+  if (o_.battery > 0) {
+    float* left = out + 3 * cells;
+    std::fill(left, left + cells, 0.0f);
+    for (int a = 0; a < o_.agents; ++a)
+      left[pos_[a]] = static_cast<float>(battery_left_[a]) / static_cast<float>(o_.battery);
+  }
+}
+
+void UavCoverage::agents_done(uint8_t* out) const {
+  for (int a = 0; a < o_.agents; ++a) out[a] = done(a) ? 1 : 0;
 }
 
 void UavCoverage::SetLayout(const std::vector<std::pair<int, int>>& obstacles,
@@ -270,18 +295,21 @@ EnvOptions UavCoverageDefaultOptions() {
   return {{"agents", d.agents},           {"grid", d.grid},
           {"obstacles", d.obstacles},     {"window", d.window},
           {"max_steps", d.max_steps},     {"cover_radius", d.cover_radius},
-          {"cell_reward", d.cell_reward}, {"collision_penalty", d.collision_penalty}};
+          {"cell_reward", d.cell_reward}, {"collision_penalty", d.collision_penalty},
+          {"battery", d.battery}};
 }
 
 EnvSpec UavCoverageSpec(const EnvOptions& resolved) {
   const UavCoverageOptions o = ParseUavCoverageOptions(resolved);
   EnvSpec spec;
   spec.name = "uav_coverage";
-  spec.observation = Space::Box({UavCoverage::kObsChannels, o.window, o.window}, {0.0f}, {1.0f});
+  const int extra = o.battery > 0 ? 1 : 0;  // the battery channels; none without one, so the spec is as it was
+  spec.observation = Space::Box({UavCoverage::kObsChannels + extra, o.window, o.window}, {0.0f}, {1.0f});
   spec.action = Space::Discrete(UavCoverage::kNumActions);
   spec.max_episode_steps = o.max_steps;
   spec.num_agents = o.agents;
-  spec.global_state = Space::Box({UavCoverage::kStateChannels, o.grid, o.grid}, {0.0f}, {1.0f});
+  spec.global_state = Space::Box({UavCoverage::kStateChannels + extra, o.grid, o.grid}, {0.0f}, {1.0f});
+  spec.agents_finish_early = o.battery > 0;
   return spec;
 }
 

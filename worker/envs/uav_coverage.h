@@ -25,14 +25,26 @@
 // With cell_reward 1 and collision_penalty 0 an episode's return is the number
 // of cells the team covered beyond its start cells (what farm-random reports
 // as the coverage baseline).
-// Terminated when every free cell is covered; otherwise truncated at
-// max_steps by EnvGroup.
+// Terminated when every free cell is covered (or, with a battery, when every
+// UAV is done); otherwise truncated at max_steps by EnvGroup.
+//
+// Battery (option `battery` > 0; 0, the default, is unlimited and changes
+// nothing): each UAV starts an episode with `battery` units and every step
+// whose action is a move (1 to 4), blocked or not, uses one; staying does not.
+// A UAV whose battery is empty is done (EnvSpec::agents_finish_early): it
+// stays on its cell, still blocking it, covers nothing more, and its actions
+// are ignored (no moves, no collisions); the team goes on without it. With a
+// battery, observations get channel 5 (the UAV's remaining battery as a
+// fraction of `battery`, constant over the window) and the global state
+// channel 3 (each UAV's remaining fraction on its cell), so that policy and
+// critic can see who is about to drop out.
 //
 // Observation, per agent: [5, window, window] in [0, 1], a window centred on
 // the agent: channel 0 is 1 on obstacles and outside the grid, channel 1 on
 // covered cells, channel 2 on the other agents; channels 3 and 4 are constant,
 // the agent's column and row divided by (grid - 1).
-// Global state: [3, grid, grid]: obstacles, covered cells, agents.
+// Global state: [3, grid, grid]: obstacles, covered cells, agents (and the
+// battery channel above).
 #pragma once
 
 #include <cstdint>
@@ -54,12 +66,13 @@ struct UavCoverageOptions {
   int cover_radius = 0;
   double cell_reward = 0.1;
   double collision_penalty = 0.05;
+  int battery = 0;  // moves per UAV and episode; 0: unlimited (no UAV finishes early)
 };
 
 class UavCoverage : public Env {
  public:
-  static constexpr int kObsChannels = 5;
-  static constexpr int kStateChannels = 3;
+  static constexpr int kObsChannels = 5;    // without a battery; with one, kObsChannels + 1
+  static constexpr int kStateChannels = 3;  // likewise kStateChannels + 1 with a battery
   enum Action : int64_t { kStay = 0, kUp = 1, kDown = 2, kLeft = 3, kRight = 4 };
   static constexpr int kNumActions = 5;
 
@@ -68,6 +81,8 @@ class UavCoverage : public Env {
   void reset(float* obs) override;
   StepResult step(const ActionRef& action, float* obs) override;
   void state(float* out) const override;
+  // With a battery: 1 for each UAV whose battery is empty.
+  void agents_done(uint8_t* out) const override;
 
   // For tests: replace the map with these obstacle cells and agent cells
   // ({row, column} each; agents on distinct free cells, one per agent),
@@ -82,6 +97,9 @@ class UavCoverage : public Env {
   int free_cells() const { return free_cells_; }
   int last_collisions() const { return last_collisions_; }
   int last_new_cells() const { return last_new_cells_; }
+  int battery_left(int agent) const { return battery_left_.at(agent); }  // the option's value when unlimited
+  bool done(int agent) const { return o_.battery > 0 && battery_left_.at(agent) == 0; }
+  int obs_channels() const { return kObsChannels + (o_.battery > 0 ? 1 : 0); }
 
  private:
   int Cell(int row, int col) const { return row * o_.grid + col; }
@@ -102,6 +120,7 @@ class UavCoverage : public Env {
   std::vector<uint8_t> moving_;    // [agents]
   std::vector<uint8_t> revert_;    // [agents]
   std::vector<int> claims_;        // [grid * grid]: movers per target cell
+  std::vector<int> battery_left_;  // [agents]: moves left (battery > 0 only)
   int free_cells_ = 0;
   int covered_count_ = 0;
   int last_collisions_ = 0;
@@ -110,11 +129,12 @@ class UavCoverage : public Env {
 
 // Options (every one a number; defaults in UavCoverageOptions): agents, grid,
 // obstacles, window (odd), max_steps, cover_radius, cell_reward,
-// collision_penalty. Throws std::invalid_argument naming a bad option.
+// collision_penalty, battery. Throws std::invalid_argument naming a bad option.
 EnvOptions UavCoverageDefaultOptions();
 UavCoverageOptions ParseUavCoverageOptions(const EnvOptions& resolved);
 // Box [5, window, window] in [0, 1] per agent, Discrete(5), num_agents =
-// agents, global state Box [3, grid, grid] in [0, 1], time limit max_steps.
+// agents, global state Box [3, grid, grid] in [0, 1], time limit max_steps;
+// with a battery 6 and 4 channels, and agents_finish_early.
 EnvSpec UavCoverageSpec(const EnvOptions& resolved);
 std::unique_ptr<Env> MakeUavCoverage(const EnvOptions& resolved, uint64_t seed);
 

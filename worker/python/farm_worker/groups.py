@@ -5,8 +5,16 @@ row e * A + a), as worker/env_group.h lays them out. After reset() and step() it
 
     obs         float32 [R, *observation_space.shape]  what the policy acts on (a finished env's new first obs)
     state       float32 [E, *state_space.shape]        the global state per env (None without one)
-    reward      float32 [R]                            the step's reward per row (the team's, or each agent's)
-    terminated  uint8   [R], truncated uint8 [R]       per row, equal for every row of an env
+    reward      float32 [R]                            the step's reward per row (the team's, or each agent's);
+                                                       0 on a row inactive before the step
+    terminated  uint8   [R], truncated uint8 [R]       per row: equal for every row of an env at its end; an
+                                                       agent that finishes before its env terminates its row alone
+                                                       (terminated) or flags nothing (truncated alone)
+    active      uint8   [R]                            1 where the row's agent acts on obs, 0 where it finished
+                                                       earlier in its env's episode (StepRequest.active)
+    env_ended   bool    [E]                            the envs whose episode ended with the step (every row flagged)
+    env_reward  float64 [E]                            each env's reward of the step: the team's, or the mean over
+                                                       its agents of their (inactive: 0) rewards
 
 and step() returns info with "final_obs_index" (the rows of the envs the time limit truncated, ascending, whole
 envs), "final_obs" (float32 [len(index), ...]), "final_state" (float32 [len(index) / A, ...]) and "episodes"
@@ -16,7 +24,14 @@ Env styles (docs/ENVIRONMENTS.md, "Python environments"):
   * Gymnasium single-agent envs, one per factory call (GymGroup);
   * multi-agent envs in the array style (ArrayGroup): attributes num_agents, observation_space and action_space
     (per agent), state_space (optional); reset(seed=None) -> (obs [A, ...], state); step(actions [A]) ->
-    (obs [A, ...], state, reward (a number for the team or [A]), terminated, truncated, info);
+    (obs [A, ...], state, reward (a number for the team or [A]), terminated, truncated, info), where terminated
+    and truncated are each a bool (the team's: every agent ends with it) or [A] bools, one per agent. With
+    arrays an agent may finish before its env: terminated alone, its row is terminated on that step; truncated
+    alone, its row gets no flag (the learner bootstraps from the last observation the row keeps); either way the
+    row is inactive from then on (its action is still passed and must be ignored, its reward is 0) until the env
+    ends, which is when every agent has finished: every row of it is then flagged truncated if an agent that
+    finished on that step was truncated (and not terminated), else terminated. A flag on an agent that had
+    already finished is ignored;
   * PettingZoo Parallel envs, duck-typed (ParallelEnvAdapter turns one into the array style);
   * vectorised envs with num_envs and batched reset/step with same-step auto-reset (BatchedGroup), stepped with
     one call per group.
@@ -76,9 +91,16 @@ class _Group:
         self.reward = np.zeros(self.rows, np.float32)
         self.terminated = np.zeros(self.rows, np.uint8)
         self.truncated = np.zeros(self.rows, np.uint8)
+        self.active = np.ones(self.rows, np.uint8)
+        self.env_ended = np.zeros(self.num_envs, bool)
+        self.env_reward = np.zeros(self.num_envs, np.float64)
         self._ep_return = np.zeros(self.num_envs, np.float64)
         self._ep_length = np.zeros(self.num_envs, np.int64)
-        self._env_reward = np.zeros(self.num_envs, np.float64)
+
+    @property
+    def any_inactive(self) -> bool:
+        """Whether some agent has finished before its env (StepRequest.active is sent only then)."""
+        return not self.active.all()
 
     # Actions as the env takes them, from the decoded reply (int64 [R] / [R, K] with start added, or float32
     # [R, *shape]).
@@ -99,8 +121,9 @@ class _Group:
                 from None
 
     def _finish(self, ended: np.ndarray, truncated_envs: np.ndarray) -> List[Tuple[float, int]]:
-        """Per-env bookkeeping after a step: _env_reward holds each env's (mean-over-agents) reward."""
-        self._ep_return += self._env_reward
+        """Per-env bookkeeping after a step: env_reward holds each env's (mean-over-agents) reward."""
+        self.env_ended[:] = ended
+        self._ep_return += self.env_reward
         self._ep_length += 1
         episodes = [(float(self._ep_return[e]), int(self._ep_length[e])) for e in np.flatnonzero(ended)]
         self._ep_return[ended] = 0.0
@@ -111,6 +134,9 @@ class _Group:
         self.reward[:] = 0
         self.terminated[:] = 0
         self.truncated[:] = 0
+        self.active[:] = 1  # every agent acts after a reset
+        self.env_ended[:] = False
+        self.env_reward[:] = 0
         self._ep_return[:] = 0
         self._ep_length[:] = 0
 
@@ -185,7 +211,7 @@ class GymGroup(_Group):
         final_obs = np.empty((len(finals),) + self.obs.shape[1:], np.float32)
         for j, obs in enumerate(finals):
             self._put(final_obs[j], obs, f"env {trunc_envs[j]}: step's observation")
-        self._env_reward[:] = self.reward
+        self.env_reward[:] = self.reward
         mask = np.zeros(self.num_envs, bool)
         mask[ended] = True
         episodes = self._finish(mask, np.asarray(trunc_envs, np.int64))
@@ -197,9 +223,11 @@ class ParallelEnvAdapter:
     """A PettingZoo Parallel env in the array style (duck-typed: PettingZoo itself is not needed).
 
     The agents are possible_agents, in that order, a fixed number per env. An agent that finishes before the others
-    keeps its last observation, gets reward 0 and is not passed an action until the env ends; the env ends when
-    every agent is terminated or truncated (or env.agents is empty), as truncated if any agent was truncated, else
-    as terminated. The state is env.state() with env.state_space (no state without state_space)."""
+    is reported as its own end (terminated and truncated [A] arrays: the step's new ends, each agent once) and from
+    then on keeps its last observation, gets reward 0 and is not passed an action until the env ends; the env ends
+    when every agent is terminated or truncated, or when env.agents is empty: the agents still live then end with
+    it, as truncated if any agent was truncated on that step, else as terminated. The state is env.state() with
+    env.state_space (no state without state_space)."""
 
     def __init__(self, env):
         self.env = env
@@ -241,14 +269,25 @@ class ParallelEnvAdapter:
                 for i, a in enumerate(self.agents) if not self._done[a]}
         obs, rewards, terms, truncs, infos = self.env.step(live)
         reward = np.array([float(rewards.get(a, 0.0)) for a in self.agents], np.float32)
-        any_trunc = False
-        for a in self.agents:
-            if terms.get(a, False) or truncs.get(a, False):
+        # This step's ends, each agent once (a flag repeated on an agent that had finished is not a new end).
+        terminated = np.zeros(self.num_agents, bool)
+        truncated = np.zeros(self.num_agents, bool)
+        for i, a in enumerate(self.agents):
+            if self._done[a]:
+                continue
+            term, trunc = bool(terms.get(a, False)), bool(truncs.get(a, False))
+            if term or trunc:
                 self._done[a] = True
-            any_trunc = any_trunc or bool(truncs.get(a, False))
-        ended = all(self._done.values()) or not getattr(self.env, "agents", self.agents)
-        truncated = ended and any_trunc
-        return self._obs(obs).copy(), self._state(), reward, ended and not truncated, truncated, infos
+                terminated[i] = term
+                truncated[i] = trunc and not term  # as Gymnasium's TimeLimit: a real terminal is never bootstrapped
+        if not getattr(self.env, "agents", self.agents):
+            # The env removed every agent: those still live end with it.
+            live_now = [i for i, a in enumerate(self.agents) if not self._done[a]]
+            if live_now:
+                (truncated if truncated.any() else terminated)[live_now] = True
+                for i in live_now:
+                    self._done[self.agents[i]] = True
+        return self._obs(obs).copy(), self._state(), reward, terminated, truncated, infos
 
     def close(self):
         close = getattr(self.env, "close", None)
@@ -277,6 +316,16 @@ class ArrayGroup(_Group):
 
     def _rows(self, e: int) -> slice:
         return slice(e * self.num_agents, (e + 1) * self.num_agents)
+
+    def _agent_flags(self, flags, e: int, what: str) -> np.ndarray:
+        """A step's terminated or truncated as [A] bools: a bool is the team's (every agent), an array per agent."""
+        f = np.asarray(flags)
+        if f.ndim == 0:
+            return np.full(self.num_agents, bool(f))
+        if f.size != self.num_agents:
+            raise WorkerError(f"env {e}: {what} has {f.size} values, expected a bool (the team's) or "
+                              f"{self.num_agents} (one per agent)")
+        return f.reshape(-1).astype(bool)
 
     def _put_state(self, e: int, state, what: str) -> None:
         if self.state is not None:
@@ -307,15 +356,34 @@ class ArrayGroup(_Group):
                 raise WorkerError(f"env {i}: step returned {len(out)} values, expected (obs, state, reward, "
                                   "terminated, truncated, info)")
             obs, state, reward, terminated, truncated, _ = out
-            terminated = bool(terminated)
-            truncated = bool(truncated) and not terminated
+            term = self._agent_flags(terminated, i, "terminated")
+            trunc = self._agent_flags(truncated, i, "truncated") & ~term  # as Gymnasium's TimeLimit, per agent
+            was_active = self.active[rows].astype(bool)  # acted on the observation this step answers
+            ending = (term | trunc) & was_active  # this step's ends (flags on agents already finished are ignored)
             r = np.asarray(reward, np.float32)
             if r.size not in (1, a):
                 raise WorkerError(f"env {i}: reward has {r.size} values, expected 1 (the team's) or {a} (per agent)")
             self.reward[rows] = r.reshape(-1)
-            self._env_reward[i] = float(r.mean(dtype=np.float64))
-            self.terminated[rows] = terminated
-            self.truncated[rows] = truncated
+            self.reward[rows][~was_active] = 0.0  # an agent that had finished gets nothing
+            # The team's reward, or the mean over the agents (those that had finished count 0).
+            self.env_reward[i] = float(r.reshape(-1)[0]) if r.size == 1 else float(
+                self.reward[rows].mean(dtype=np.float64))
+            env_over = bool((ending | ~was_active).all())  # every agent has finished: the env ends
+            if env_over:
+                # Every row flagged alike (the learner keeps an env's agents together, final observations for
+                # whole envs): truncated if an agent ending now was truncated, else a team termination.
+                truncated = bool(trunc[ending].any())
+                terminated = not truncated
+                self.terminated[rows] = terminated
+                self.truncated[rows] = truncated
+                self.active[rows] = 1  # the reset below starts an episode in which every agent acts
+            else:
+                terminated = truncated = False
+                # An agent's own end: terminated on its row alone; truncated alone, no flag (the learner
+                # bootstraps from the observation the row keeps). Inactive from now until the env ends.
+                self.terminated[rows] = term & ending
+                self.truncated[rows] = 0
+                self.active[rows] = was_active & ~ending
             if terminated or truncated:
                 ended[i] = True
                 if truncated:
@@ -398,7 +466,7 @@ class BatchedGroup(_Group):
                 if mask is not None and not mask[e]:
                     raise WorkerError(f"env {e} was truncated but infos['_final_obs'][{e}] is False")
                 self._put(final_obs[j], finals[e], f"env {e}: final observation")
-        self._env_reward[:] = self.reward
+        self.env_reward[:] = self.reward
         episodes = self._finish(term | trunc, trunc_envs)
         return self.obs, self.reward, self.terminated, self.truncated, {
             "final_obs_index": [int(e) for e in trunc_envs], "final_obs": final_obs, "final_state": None,
@@ -437,7 +505,9 @@ class FrameStackGroup:
             ff = final.reshape((len(rows), self.k) + self._frames.shape[2:])
             ff[:, :-1] = self._frames[rows, 1:]
             ff[:, -1] = info["final_obs"]
-        ended = (terminated | truncated).astype(bool)
+        # Rows start over only where their env was reset, not where an agent finished alone (its row keeps its
+        # observations, as worker/env_group.h's frames do).
+        ended = np.repeat(self.group.env_ended, self.group.num_agents)
         self._frames[:, :-1] = self._frames[:, 1:].copy()
         self._frames[:, -1] = self.group.obs
         self._frames[ended] = self.group.obs[ended][:, None]

@@ -7,8 +7,9 @@ one float32 operation at a time, clipped in float64 then rounded for rewards). T
 are merged at once (Chan et al.'s parallel form) rather than row by row (Welford), which differs from the pure
 path in the last bits of the float64 mean and M2 (relative 1e-15); the learner merges workers' deltas the same
 way. Multi-agent groups: every agent row is a sample of the observation statistics; the running return G is per
-env, of the env's reward averaged over its agents (the team reward when the env gives one, as farm-worker), and
-scales every row of the env.
+env, of the env's reward averaged over its agents (the team reward when the env gives one, as farm-worker: the
+group's env_reward, since a row whose agent finished early carries 0), restarts only when the env ends (every one
+of its rows flagged, not one agent's own end), and scales every row of the env.
 
 Threading: belongs to the worker's one thread.
 """
@@ -155,8 +156,7 @@ class NumpyNormalizer:
         if not self.options.reward:
             s.reward = group.reward
             return
-        per_env = group.reward.reshape(s.envs, s.agents).astype(np.float64)
-        env_reward = per_env[:, 0] if s.agents == 1 else per_env.mean(axis=1)
+        env_reward = np.asarray(group.env_reward, np.float64)
         if not self.frozen:
             # One env at a time in env order, as the C++ worker adds them (a sample per env and step).
             s.returns = self.options.gamma * s.returns + env_reward
@@ -167,7 +167,8 @@ class NumpyNormalizer:
         clip = self.options.reward_clip
         r = group.reward.astype(np.float64) / denom
         s.reward = np.clip(r, -clip, clip).astype(np.float32)  # NaN stays NaN, as std::min/max in C++
-        ended = (group.terminated.reshape(s.envs, s.agents)[:, 0] | group.truncated.reshape(s.envs, s.agents)[:, 0])
+        # An env ended when every one of its rows is flagged: a row flagged alone is an agent that finished early.
+        ended = (group.terminated.reshape(s.envs, s.agents) | group.truncated.reshape(s.envs, s.agents)).all(axis=1)
         s.returns[ended.astype(bool)] = 0.0
 
     def obs(self, g: int) -> np.ndarray:

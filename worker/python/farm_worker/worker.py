@@ -509,6 +509,9 @@ class PythonWorker:
             self._tensor(req.reward, norm.reward(g) if norm else group.reward, (rows,))
             req.terminated = bytes(group.terminated)
             req.truncated = bytes(group.truncated)
+            # Only while some agent has finished early (numpy array groups): absent, every row acts.
+            if getattr(group, "any_inactive", False):
+                req.active = bytes(group.active)
             idx = info["final_obs_index"]
             if idx:
                 req.final_obs_index.extend(idx)
