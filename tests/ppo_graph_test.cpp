@@ -69,6 +69,15 @@ struct Case {
   double tolerance = 1e-5;
 };
 
+// A centralised critic: 9 envs' rows, each run of 3 sharing one global state.
+Case CentralisedCase() {
+  Case c;
+  c.state = true;
+  c.envs = 9;
+  c.k = 3;
+  return c;
+}
+
 // Trains a LibTorch-path trainer and a graphed one side by side for four updates and compares.
 void CompareWithLibTorch(const Case& c) {
   torch::manual_seed(3);
@@ -156,10 +165,7 @@ TEST_CASE("The graphed step matches the LibTorch update (eager on the CPU)", "[p
 TEST_CASE("The graphed step with a centralised critic and 3 rows per state matches the LibTorch update",
           "[ppo][graph]") {
   at::set_num_threads(1);
-  Case c;
-  c.state = true;
-  c.envs = 9;
-  c.k = 3;
+  Case c = CentralisedCase();
   CompareWithLibTorch(c);
 }
 
@@ -174,10 +180,7 @@ TEST_CASE("The graphed step with state-dependent exploration (ppo.sde) matches t
 
 TEST_CASE("The graphed step with value normalisation matches the LibTorch update", "[ppo][graph][value_norm]") {
   at::set_num_threads(1);
-  Case c;
-  c.state = true;
-  c.envs = 9;
-  c.k = 3;
+  Case c = CentralisedCase();
   c.value_norm = GENERATE(std::string("running"), std::string("popart"));
   INFO("value_norm " << c.value_norm);
   CompareWithLibTorch(c);
@@ -221,16 +224,12 @@ TEST_CASE("ppo.graph_update: unequal minibatches and the CPU under auto take the
 
 TEST_CASE("The CUDA graph of the PPO step matches the LibTorch update on the GPU", "[ppo][graph][cuda]") {
   FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
-  Case c;
+  const Space action = GENERATE(kDiscrete, kMultiDiscrete, kBox);
+  Case c = GENERATE(false, true) ? CentralisedCase() : Case();
+  c.action = action;
   c.device = torch::Device(torch::kCUDA);
   // Different kernels (a graph replays cuBLAS's choices for the captured shapes) round differently.
   c.tolerance = 1e-4;
-  c.action = GENERATE(kDiscrete, kMultiDiscrete, kBox);
-  c.state = GENERATE(false, true);
-  if (c.state) {
-    c.envs = 9;
-    c.k = 3;
-  }
   INFO("action " << c.action.ToString() << ", state " << c.state);
   CompareWithLibTorch(c);
 }
@@ -238,12 +237,9 @@ TEST_CASE("The CUDA graph of the PPO step matches the LibTorch update on the GPU
 TEST_CASE("The CUDA graph of the PPO step with value normalisation matches the LibTorch update on the GPU",
           "[ppo][graph][cuda][value_norm]") {
   FARM_SKIP_UNLESS(BuiltWithCuda() && torch::cuda::is_available());
-  Case c;
+  Case c = CentralisedCase();
   c.device = torch::Device(torch::kCUDA);
   c.tolerance = 1e-4;
-  c.state = true;
-  c.envs = 9;
-  c.k = 3;
   c.value_norm = GENERATE(std::string("running"), std::string("popart"));
   INFO("value_norm " << c.value_norm);
   CompareWithLibTorch(c);
