@@ -77,15 +77,17 @@ void Learner::Impl::ConsumeOutcome(const WorkerState& ws, const wire::StepReques
   }
 }
 
-// The evaluation's episodes in this step: episodes() lists them in env order, one per env that ended (its
-// terminated or truncated flag, on each of its agent rows: read its first).
+// The evaluation's episodes in this step: episodes() lists them in env order, one per env that ended (a flag on
+// every one of its agent rows: a row flagged alone is an agent that finished before its env, StepRequest.active).
 void Learner::Impl::CountEvalEpisodes(const WorkerState& ws, const wire::StepRequest& req) {
   const int agents = ws.group_envs > 0 ? ws.group_rows / ws.group_envs : 1;
   const auto* terminated = reinterpret_cast<const uint8_t*>(req.terminated().data());
   const auto* truncated = reinterpret_cast<const uint8_t*>(req.truncated().data());
   int next = 0;
   for (int e = 0; e < ws.group_envs && next < req.episodes_size(); ++e) {
-    if (!terminated[e * agents] && !truncated[e * agents]) continue;
+    bool ended = true;
+    for (int a = 0; a < agents && ended; ++a) ended = terminated[e * agents + a] || truncated[e * agents + a];
+    if (!ended) continue;
     const auto& ep = req.episodes(next++);
     const int env = static_cast<int>(req.group()) * ws.group_envs + e;
     if (auto s = eval->Add(env, ep.episode_return(), ep.length()); !s.ok()) {
@@ -144,7 +146,8 @@ void Learner::Impl::RecordInputs(const std::vector<Work*>& steps, bool hold) {
     store.RecordInputs(g, reinterpret_cast<const float*>(req.obs().data().data()),
                        req.has_global_state() ? reinterpret_cast<const float*>(req.global_state().data().data())
                                               : nullptr,
-                       w->inputs_recorded);
+                       w->inputs_recorded,
+                       req.active().empty() ? nullptr : reinterpret_cast<const uint8_t*>(req.active().data()));
   }
 }
 
@@ -422,6 +425,7 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   if (const auto report = critic_watch.Observe(stats.updates, r.stats))
     spdlog::log(report->warning ? spdlog::level::warn : spdlog::level::info, "{}", report->text);
   stats.lag_dropped_total += r.stats.lag_dropped;
+  stats.masked_rows_total += r.stats.masked_rows;
   update.path = r.update_path;
   update.graphed = r.graphed_updates;
   {

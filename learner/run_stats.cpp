@@ -79,6 +79,7 @@ std::vector<RunStats::Item> RunStats::Items(const Outside& o) const {
       {"policy_lag_p95_run", run_lag.p95, kSummary},
       {"policy_lag_max_run", run_lag.max, kSummary},
       {"lag_dropped_samples", lag_dropped_total, kSummary},
+      {"masked_agent_rows", masked_rows_total, kSummary},
       {"batch_rows_avg", batches ? static_cast<double>(batch_rows) / static_cast<double>(batches) : 0.0},
       // The inference thread's time split (adds up to its wall time) and the trainer's busy time beside it.
       {"time_wait_seconds", t.wait, kMT},

@@ -114,6 +114,7 @@ class RunStats {
   LagStats last_lag;  // the last rollout's
   LagStats run_lag;   // every rollout's samples so far
   int64_t lag_dropped_total = 0;  // samples ppo.max_policy_lag left out of updates
+  int64_t masked_rows_total = 0;  // rows of agents finished before their env ended, left out of updates
   PpoStats last_ppo;
 
   // A rollout's lag: the last one's, and added to the run's.

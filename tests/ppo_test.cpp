@@ -407,7 +407,7 @@ TEST_CASE("PpoTrainer bookkeeping: annealed LR, epochs, samples, target KL", "[p
   CHECK(stats.approx_kl > 0);
   CHECK(stats.grad_norm > 0);
   RequireFiniteStats(stats);
-  CHECK(stats.Items().size() == 16);  // 3 more with ppo.advantage=vtrace
+  CHECK(stats.Items().size() == 17);  // 3 more with ppo.advantage=vtrace
 
   SECTION("target KL stops after the first epoch") {
     PpoConfig strict = config;

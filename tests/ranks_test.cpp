@@ -91,7 +91,25 @@ Rollout Union(const Rollout& a, const Rollout& b) {
   r.rewards = cat(a.rewards, b.rewards, 1);
   r.dones = cat(a.dones, b.dones, 1);
   r.last_value = cat(a.last_value, b.last_value, 0);
+  if (a.active.defined() || b.active.defined()) {
+    const auto mask = [](const Rollout& x) { return x.active.defined() ? x.active : torch::ones_like(x.rewards); };
+    r.active = cat(mask(a), mask(b), 1);
+  }
   return r;
+}
+
+// Agents that finish early in `r`: every other row stops acting from a step of its own on, half of them
+// terminated alone at their last step.
+void FinishSomeAgents(Rollout* r) {
+  const int64_t T = r->rewards.size(0), N = r->rewards.size(1);
+  r->active = torch::ones({T, N});
+  r->dones = r->dones.clone();
+  for (int64_t n = 0; n < N; n += 2) {
+    const int64_t last = (3 * n + 2) % (T - 1);
+    r->active.narrow(0, last + 1, T - last - 1).select(1, n).zero_();
+    r->dones.narrow(0, last, T - last).select(1, n).zero_();
+    if (n % 4 == 0) r->dones[last][n] = 1;
+  }
 }
 
 // The rendezvous port of the last RunRanks (its store serves other clients too: RolloutPreemption).
@@ -235,6 +253,33 @@ TEST_CASE("two ranks update as one learner on the union of their data, with uneq
     CHECK(testing::RelativeDiff(AdamOf(*ranks[0], p0[i]).exp_avg(),
                                 AdamOf(single, single.policy()->parameters()[i]).exp_avg()) < 1e-4);
   }
+}
+
+TEST_CASE("two ranks with finished agents update as one learner on the union, masks and all", "[ranks][active]") {
+  const int64_t steps = 16, envs0 = 6, envs1 = 4;
+  const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/2);
+  ActorCritic acting = MakePolicy(1);
+  torch::manual_seed(9);
+  Rollout part0 = testing::ActedRollout(acting, torch::randn({steps * envs0, kObsDim}), {}, steps, envs0);
+  Rollout part1 = testing::ActedRollout(acting, torch::randn({steps * envs1, kObsDim}), {}, steps, envs1);
+  FinishSomeAgents(&part0);
+  FinishSomeAgents(&part1);
+  PpoTrainer single(MakePolicy(1), config, /*seed=*/1);
+  const PpoStats want_stats = single.Update(Union(part0, part1), 0.0);
+  REQUIRE(want_stats.masked_rows > 20);
+  std::vector<std::unique_ptr<PpoTrainer>> ranks;
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(1), config, 1));
+  ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(1), config, 2));
+  std::vector<PpoStats> stats(2);
+  RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
+    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, /*check_every=*/1));
+    stats[r] = ranks[r]->Update(r == 0 ? part0 : part1, 0.0);
+  });
+  // The advantages normalised over the acting rows of both ranks, each minibatch's gradient weighted by its acting
+  // rows: the union's update.
+  CHECK(testing::RelativeDiff(Flat(*ranks[0]), Flat(single)) < 2e-5);
+  CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
+  CHECK(stats[0].masked_rows + stats[1].masked_rows == want_stats.masked_rows);
 }
 
 TEST_CASE("two ranks with a GRU core and V-trace update as one learner on the union of their chunks", "[ranks]") {

@@ -167,7 +167,7 @@ Rollout OnPolicyRollout(ActorCritic& policy, int64_t T, int64_t N, int64_t bptt)
     r.values = FromChunks(value, T).clone();
   } else {
     const PpoRows rows{r.obs.flatten(0, 1), {}, r.actions.flatten(0, 1), r.logp.flatten(), r.values.flatten(),
-                       r.values.flatten(), r.values.flatten()};
+                       r.values.flatten(), r.values.flatten(), {}};
     const auto [logp, value] = EvaluateRows(*policy, rows, 1, Precision::kFp32);
     r.logp = logp.view({T, N}).clone();
     r.values = value.view({T, N}).clone();
@@ -256,7 +256,7 @@ TEST_CASE("V-trace with a centralised critic: each agent row its own ratio, its 
   r.dones = (torch::rand({T, N / k, 1}) < 0.15).to(torch::kFloat32).expand({T, N / k, k}).reshape({T, N});
   r.last_value = torch::randn({N / k}).repeat_interleave(k);
   const PpoRows rows{r.obs.flatten(0, 1), r.states.flatten(0, 1), r.actions.flatten(0, 1), torch::zeros({T * N}),
-                     torch::zeros({T * N}), torch::zeros({T * N}), torch::zeros({T * N})};
+                     torch::zeros({T * N}), torch::zeros({T * N}), torch::zeros({T * N}), {}};
   const auto [logp, value] = EvaluateRows(*probe, rows, k, Precision::kFp32);
   r.logp = logp.view({T, N}).clone();
   r.values = value.view({T, N}).clone();

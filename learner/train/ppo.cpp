@@ -138,6 +138,7 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
       {"epochs", static_cast<double>(epochs)},
       {"samples", static_cast<double>(samples)},
       {"lag_dropped", static_cast<double>(lag_dropped)},
+      {"masked_rows", static_cast<double>(masked_rows)},
   };
   if (value_norm) {
     items.push_back({"value_norm_mean", value_norm_mean});
@@ -152,7 +153,8 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
 }
 
 PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
-                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config) {
+                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config,
+                       const torch::Tensor& mask) {
   // Every input is [B]: a stray [B, 1] would broadcast to [B, B] and silently train on nonsense.
   if (!eval.logp.defined() || eval.logp.dim() != 1) throw std::invalid_argument("ComputePpoLoss: logp must be [B]");
   const auto batch = eval.logp.sizes();
@@ -162,6 +164,12 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   CheckShape(old_values, batch, "ComputePpoLoss: old_values");
   CheckShape(advantages, batch, "ComputePpoLoss: advantages");
   CheckShape(returns, batch, "ComputePpoLoss: returns");
+  if (mask.defined()) CheckShape(mask, batch, "ComputePpoLoss: mask");
+
+  // Means over the rows that count: all of them, or the mask's (MAPPO's active masks: sum(x * m) / sum(m)). Without
+  // a host read, so that a CUDA graph could record it; a minibatch with no row counting has every term 0.
+  const torch::Tensor count = mask.defined() ? mask.sum().clamp_min(1) : torch::Tensor();
+  const auto mean = [&](const torch::Tensor& x) { return mask.defined() ? (x * mask).sum() / count : x.mean(); };
 
   const double clip = config.clip_coef;
   PpoLoss loss;
@@ -169,30 +177,59 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   const torch::Tensor ratio = log_ratio.exp();
   {
     torch::NoGradGuard no_grad;
-    loss.old_approx_kl = (-log_ratio).mean();
-    loss.approx_kl = ((ratio - 1) - log_ratio).mean();
-    loss.clip_fraction = ((ratio - 1).abs() > clip).to(torch::kFloat32).mean();
+    loss.old_approx_kl = mean(-log_ratio);
+    loss.approx_kl = mean((ratio - 1) - log_ratio);
+    loss.clip_fraction = mean(((ratio - 1).abs() > clip).to(torch::kFloat32));
   }
 
   torch::Tensor adv = advantages;
-  if (config.norm_adv) {
+  if (config.norm_adv && !mask.defined()) {
     // The unbiased std of one sample is NaN; a one-sample minibatch is only centred.
     adv = adv.numel() > 1 ? (adv - adv.mean()) / (adv.std() + kAdvantageEps) : adv - adv.mean();
+  } else if (config.norm_adv) {
+    // The same over the rows that count (one row: centred, so 0, as above).
+    const torch::Tensor centred = adv - mean(adv);
+    const torch::Tensor var = (centred.square() * mask).sum() / (mask.sum() - 1).clamp_min(1);
+    adv = centred / (var.sqrt() + kAdvantageEps);
   }
   const torch::Tensor pg_unclipped = -adv * ratio;
   const torch::Tensor pg_clipped = -adv * torch::clamp(ratio, 1 - clip, 1 + clip);
-  loss.policy_loss = torch::max(pg_unclipped, pg_clipped).mean();
+  loss.policy_loss = mean(torch::max(pg_unclipped, pg_clipped));
 
   const torch::Tensor v_unclipped = (eval.value - returns).square();
   if (config.clip_vloss) {
     const torch::Tensor v_clipped = old_values + torch::clamp(eval.value - old_values, -clip, clip);
-    loss.value_loss = 0.5 * torch::max(v_unclipped, (v_clipped - returns).square()).mean();
+    loss.value_loss = 0.5 * mean(torch::max(v_unclipped, (v_clipped - returns).square()));
   } else {
-    loss.value_loss = 0.5 * v_unclipped.mean();
+    loss.value_loss = 0.5 * mean(v_unclipped);
   }
-  loss.entropy = eval.entropy.mean();
+  loss.entropy = mean(eval.entropy);
   loss.total = loss.policy_loss - config.ent_coef * loss.entropy + config.vf_coef * loss.value_loss;
   return loss;
+}
+
+Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma) {
+  if (!rollout.active.defined()) return rollout;
+  CheckShape(rollout.active, rollout.rewards.sizes(), "BootstrapFinishedAgents: active");
+  torch::NoGradGuard no_grad;
+  const int64_t steps = rollout.rewards.size(0);
+  Rollout r = rollout;
+  if (steps < 2) return r;
+  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).contiguous(); };
+  const torch::Tensor active = host(rollout.active);
+  // Acted at t, not at t + 1, and the episode went on: the agent's last step.
+  const torch::Tensor done = host(rollout.dones);
+  const torch::Tensor last = active.narrow(0, 0, steps - 1) * (1 - active.narrow(0, 1, steps - 1)) *
+                             (1 - done.narrow(0, 0, steps - 1));
+  if (!last.any().item<bool>()) return r;
+  const torch::Tensor bonus = last * static_cast<float>(gamma) * host(rollout.values).narrow(0, 1, steps - 1);
+  torch::Tensor rewards = host(rollout.rewards).clone();
+  torch::Tensor dones = done.clone();
+  rewards.narrow(0, 0, steps - 1).add_(bonus);
+  dones.narrow(0, 0, steps - 1).add_(last);
+  r.rewards = rewards.to(rollout.rewards.device());
+  r.dones = dones.to(rollout.dones.device());
+  return r;
 }
 
 namespace {
@@ -316,7 +353,8 @@ PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch:
   EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, idx, precision);
   eval.value = policy.NormalizedValue(eval.value);  // ppo.value_norm: the head's scale (unchanged without)
   return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
-                        rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config);
+                        rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config,
+                        rows.active.defined() ? rows.active.index_select(0, idx) : torch::Tensor());
 }
 
 std::pair<torch::Tensor, torch::Tensor> EvaluateRows(ActorCriticImpl& policy, const PpoRows& rows, int64_t k,
@@ -424,6 +462,10 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
   plan.kept = kept_host.defined() ? kept_host.to(plan.device) : torch::Tensor();
   stats->samples = plan.units_kept * (batch / plan.units);
   stats->lag_dropped = batch - stats->samples;
+  if (rollout.active.defined()) {
+    CheckShape(rollout.active, rollout.rewards.sizes(), "PpoTrainer::Update: active");
+    stats->masked_rows = (rollout.active.detach() == 0).sum().item<int64_t>();
+  }
   if (reducer_) {
     // Ranks: the share kept over every rank's samples, and the same number of minibatches on every rank (a rank
     // with fewer units than minibatches takes empty ones: its gradient counts for nothing in them).
@@ -440,8 +482,10 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
   return plan;
 }
 
-PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& rollout, const Plan& plan, PpoStats* stats) {
+PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& acted, const Plan& plan, PpoStats* stats) {
   const torch::Device device = plan.device;
+  // Agents that finished before their env ended: their last step bootstraps, and nothing after it flows back.
+  const Rollout rollout = BootstrapFinishedAgents(acted, config_.gamma);
   const Advantages gae = ComputeGae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
                                     config_.gamma, config_.gae_lambda);
   // Flatten T x N into one batch; detach so that the rollout never enters the graph.
@@ -453,7 +497,8 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& rollout, const Plan& plan, 
                    flat(rollout.logp).to(torch::kFloat32),
                    flat(rollout.values).to(torch::kFloat32),
                    flat(gae.advantages),
-                   flat(gae.returns)};
+                   flat(gae.returns),
+                   rollout.active.defined() ? flat(rollout.active).to(torch::kFloat32) : torch::Tensor()};
   if (plan.recurrent) b.chunks = MakeChunks(rollout, gae, device);
 
   // V-trace: the advantages and targets of the policy as it is at the update's start (vtrace.h says why once), in
@@ -480,13 +525,18 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& rollout, const Plan& plan, 
   }
   b.fit_values = b.rows.values;
   b.fit_returns = b.rows.returns;
+  if (b.rows.active.defined()) {  // the rows of finished agents predict nothing the explained variance should see
+    const torch::Tensor acting = b.rows.active > 0;
+    b.fit_values = b.fit_values.masked_select(acting);
+    b.fit_returns = b.fit_returns.masked_select(acting);
+  }
   if (value_norm_) NormaliseValues(&b, stats);
   if (reducer_ && config_.norm_adv) NormaliseAcrossRanks(plan, &b);
   return b;
 }
 
 void PpoTrainer::NormaliseValues(Batch* b, PpoStats* stats) {
-  std::vector<double> m = ValueNormalizer::Moments(b->rows.returns);
+  std::vector<double> m = ValueNormalizer::Moments(b->fit_returns);  // the acting rows' returns
   if (reducer_) m = reducer_->Sum(m);  // every rank's returns: the statistics stay one set
   value_norm_->Update(m[0], m[1], m[2]);
   // Out of place: fit_values and fit_returns keep the returns' scale.
@@ -504,18 +554,21 @@ void PpoTrainer::NormaliseValues(Batch* b, PpoStats* stats) {
 void PpoTrainer::NormaliseAcrossRanks(const Plan& plan, Batch* b) {
   // The moments of the kept samples' advantages over every rank: (adv - mean) / (unbiased std + eps), the
   // arithmetic ComputePpoLoss applies to a minibatch, applied to the rows and the chunks alike.
-  torch::Tensor kept_adv;
+  // Rows of finished agents (Rollout::active) count for nothing, as in the minibatch's own normalisation.
+  torch::Tensor kept_adv, kept_active;
   if (!plan.kept.defined()) {
     kept_adv = b->rows.advantages;
+    kept_active = b->rows.active;
   } else {
     const torch::Tensor arange_k = torch::arange(plan.k, torch::TensorOptions().dtype(torch::kLong).device(plan.device));
     const torch::Tensor idx = UnitRows(plan.kept, plan.k, arange_k);
     kept_adv = plan.recurrent ? b->chunks.advantages.index_select(1, idx) : b->rows.advantages.index_select(0, idx);
+    if (b->rows.active.defined())
+      kept_active = plan.recurrent ? b->chunks.active.index_select(1, idx) : b->rows.active.index_select(0, idx);
   }
   const torch::Tensor a = kept_adv.to(torch::kFloat64);
-  const torch::Tensor local = torch::stack({torch::full({}, static_cast<double>(a.numel()), a.options()), a.sum(),
-                                            a.square().sum()})
-                                  .cpu();
+  const torch::Tensor w = kept_active.defined() ? kept_active.to(torch::kFloat64) : torch::ones_like(a);
+  const torch::Tensor local = torch::stack({w.sum(), (a * w).sum(), (a.square() * w).sum()}).cpu();
   const std::vector<double> m = reducer_->Sum({local[0].item<double>(), local[1].item<double>(), local[2].item<double>()});
   const double n = m[0];
   if (n < 1) return;
@@ -539,8 +592,9 @@ void PpoTrainer::RunFused(const Batch& b, const Plan& plan, PpoStats* stats, con
 }
 
 bool PpoTrainer::RunGraphed(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
-  // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
-  if (plan.recurrent || plan.kept.defined() || !use_graph_ || plan.units % plan.num_minibatches != 0 ||
+  // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update); it has no
+  // active mask (a rollout with finished agents takes the LibTorch update).
+  if (plan.recurrent || plan.kept.defined() || b.rows.active.defined() || !use_graph_ || plan.units % plan.num_minibatches != 0 ||
       !GraphedPpoStep::HasOptimizerState(*optimizer_))
     return false;
   if (!graphed_)
@@ -602,7 +656,14 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
       if (reducer_) {
         // The scaled gradients (every rank's scale is the same): an inf/NaN of one rank reaches all, so every rank
         // skips the same steps. A stop request of any rank stops every rank after this step.
-        const int64_t samples = (end - begin) * rows_per_unit;
+        // The rows that count: the minibatch's loss is their mean (with finished agents, a read of the mask).
+        int64_t samples = (end - begin) * rows_per_unit;
+        if (b.rows.active.defined() && end > begin) {
+          const torch::Tensor idx = UnitRows(unit_idx, plan.k, arange_k);
+          samples = (plan.recurrent ? PickColumns(b.chunks.active, idx) : b.rows.active.index_select(0, idx))
+                        .sum()
+                        .item<int64_t>();
+        }
         stop_requested = reducer_->ReduceGradients(params, samples, stop_requested).any_flag;
         last_samples = samples;
       }
@@ -674,10 +735,14 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
   }
   const Batch batch = Prepare(rollout, plan, &stats);
-  if (fused_) {  // never with states (see the constructor)
+  if (fused_ && !batch.rows.active.defined()) {  // never with states (see the constructor); no active mask
     RunFused(batch, plan, &stats, cancel);
-  } else if (!RunGraphed(batch, plan, &stats, cancel)) {
+    last_path_ = "fused";
+  } else if (RunGraphed(batch, plan, &stats, cancel)) {
+    last_path_ = "graphed";
+  } else {
     RunMinibatches(batch, plan, &stats, cancel);
+    last_path_ = "libtorch";
   }
   stats.loss_scale = scaler_.scale();
   SetValueFit(batch.fit_values, batch.fit_returns, &stats);

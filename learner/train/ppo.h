@@ -43,6 +43,10 @@ struct Rollout {
   // int64 [T, N]: updates between the policy that acted on each step and the one this rollout trains
   // (undefined: all 0). ppo.max_policy_lag leaves the older ones out of the loss.
   torch::Tensor lag;
+  // float [T, N]: 1 where the row's agent acted, 0 where it had finished before its env ended (a multi-agent env
+  // whose agents finish early: StepRequest.active). Such rows are left out of every loss term and of the
+  // advantage normalisation, as MAPPO's active masks do. Undefined: every row acted.
+  torch::Tensor active;
 };
 
 struct Advantages {
@@ -54,6 +58,13 @@ struct Advantages {
 // A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}, V_T = last_value.
 Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
                       const torch::Tensor& last_value, double gamma, double lambda);
+
+// The rollout with every finished agent's last active step made an end of its own (rollout.active): where row n
+// acted at step t and not at t + 1 while its env went on, the step gets gamma * values[t + 1] added to its reward
+// and done set, as a time-limit truncation does, so that GAE and V-trace bootstrap from the value of the
+// observation it finished on and carry nothing back from the rows that no longer act. An agent terminated alone
+// already has done set (nothing is added then). The same rollout (shallow) when it has no active mask.
+Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma);
 
 struct PpoStats {
   double policy_loss = 0;
@@ -80,6 +91,8 @@ struct PpoStats {
   // ppo.max_policy_lag: samples left out of this update's loss for their lag (whole units: an env's agents, a
   // chunk), and the learning rate scaled by the fraction kept (learning_rate is the scaled one).
   int64_t lag_dropped = 0;
+  // Rows whose agent had finished before its env ended (Rollout::active), left out of every loss term.
+  int64_t masked_rows = 0;
   bool vtrace = false;
   double vtrace_ratio = 0;
   double vtrace_rho_clipped = 0;
@@ -104,8 +117,11 @@ struct PpoLoss {
   torch::Tensor clip_fraction;  // mean(|ratio - 1| > clip), no grad
 };
 
+// `mask` (float [B], optional): 1 for rows that count, 0 for rows left out (finished agents); every term, the
+// statistics and the advantage normalisation are then means over the rows that count (none counting: 0).
 PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
-                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config);
+                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config,
+                       const torch::Tensor& mask = {});
 
 // One update's rollout flattened to rows, on the policy's device: the advantages and returns from GAE, the
 // states per unit (a run of k rows; undefined without a centralised critic).
@@ -117,6 +133,7 @@ struct PpoRows {
   torch::Tensor values;
   torch::Tensor advantages;
   torch::Tensor returns;
+  torch::Tensor active;  // float [B]: Rollout::active flattened (undefined: every row acted)
 };
 
 // The rows of units `unit_idx` (unit u: rows u * k .. u * k + k - 1; the units themselves when k is 1);
@@ -187,8 +204,11 @@ class PpoTrainer {
   // Minibatch shuffling; its state belongs in checkpoints (RunState, learner/run/checkpoint.h).
   torch::Generator& generator() { return generator_; }
   Precision precision() const { return precision_; }
-  // Whether Update runs the fused CPU path.
+  // Whether Update runs the fused CPU path (for a rollout without an active mask).
   bool fused() const { return fused_ != nullptr; }
+  // The path the last Update took: "fused", "graphed" or "libtorch" (before any: the one it would take for a
+  // rollout without an active mask, short of the graphed step, which needs a first LibTorch update).
+  const char* last_update_path() const { return last_path_ ? last_path_ : fused_ ? "fused" : "libtorch"; }
   // Updates run by the graphed step (GraphedPpoStep), and graphs it captured.
   int64_t graphed_updates() const { return graphed_updates_; }
   int graph_captures() const;
@@ -235,6 +255,7 @@ class PpoTrainer {
   std::unique_ptr<GraphedPpoStep> graphed_;
   std::unique_ptr<ValueNormalizer> value_norm_;  // ppo.value_norm (null: none)
   int64_t graphed_updates_ = 0;
+  const char* last_path_ = nullptr;  // last_update_path (null: no update yet)
   std::shared_ptr<GradientReducer> reducer_;  // set when this is one rank of several
   bool synced_ = false;                       // rank 0's parameters broadcast since the reducer was set
   int64_t updates_ = 0;

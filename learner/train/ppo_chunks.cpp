@@ -59,6 +59,7 @@ PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Devic
   const torch::Tensor dones = rollout.dones.detach().to(torch::kFloat32);
   const torch::Tensor starts = torch::cat({torch::zeros({1, N}, dones.options()), dones.narrow(0, 0, T - 1)});
   c.starts = ToChunks(starts, L, device);
+  if (rollout.active.defined()) c.active = ToChunks(rollout.active, L, device).to(torch::kFloat32);
   c.core0 = rollout.core_states.detach().reshape({c.columns, rollout.core_states.size(2)}).to(device);
   return c;
 }
@@ -102,7 +103,8 @@ PpoLoss ChunkMinibatchLoss(ActorCriticImpl& policy, const PpoChunks& chunks, con
   EvalOutput eval = EvaluateChunkUnits(policy, chunks, unit_idx, idx, precision);
   eval.value = policy.NormalizedValue(eval.value);  // ppo.value_norm: the head's scale (unchanged without)
   return ComputePpoLoss(eval, PickColumns(chunks.logp, idx), PickColumns(chunks.values, idx),
-                        PickColumns(chunks.advantages, idx), PickColumns(chunks.returns, idx), config);
+                        PickColumns(chunks.advantages, idx), PickColumns(chunks.returns, idx), config,
+                        chunks.active.defined() ? PickColumns(chunks.active, idx) : torch::Tensor());
 }
 
 }  // namespace farm

@@ -29,6 +29,7 @@ struct PpoChunks {
   torch::Tensor logp, values, advantages, returns;  // [L, C * N]
   torch::Tensor starts;   // [L, C * N] 1 where an episode starts at that step (the previous one ended)
   torch::Tensor core0;    // [C * N, core state]: each chunk's state before its first step
+  torch::Tensor active;   // [L, C * N] Rollout::active (undefined: every row acted)
 };
 
 // Throws std::invalid_argument when the rollout has no core states or its bptt does not divide T.

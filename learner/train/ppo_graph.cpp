@@ -202,7 +202,7 @@ void GraphedPpoStep::Begin(const Batch& batch, int64_t rows_per_state, int64_t u
     m.DropGraph();
     const auto like = [](const torch::Tensor& t) { return t.defined() ? torch::empty_like(t) : torch::Tensor(); };
     m.full = Batch{like(batch.obs),    like(batch.states),     like(batch.actions), like(batch.logp),
-                   like(batch.values), like(batch.advantages), like(batch.returns)};
+                   like(batch.values), like(batch.advantages), like(batch.returns), torch::Tensor()};
     m.k = rows_per_state;
     const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(m.device);
     m.unit_idx = torch::zeros({units_per_minibatch}, i64);

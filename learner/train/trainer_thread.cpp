@@ -79,7 +79,7 @@ Status TrainerThread::FinalCheckpoint(const TrainingCounters& counters, RunState
 }
 
 std::string TrainerThread::update_path() const {
-  return trainer_->fused() ? "fused" : trainer_->graphed_updates() > 0 ? "graphed" : "libtorch";
+  return trainer_->last_update_path();
 }
 
 int64_t TrainerThread::graphed_updates() const { return trainer_->graphed_updates(); }
@@ -144,6 +144,7 @@ void TrainerThread::Loop() {
                         &job.rollout.rewards, &job.rollout.dones, &job.rollout.last_value})
           *t = t->to(device_);
         if (job.rollout.states.defined()) job.rollout.states = job.rollout.states.to(device_);
+        if (job.rollout.active.defined()) job.rollout.active = job.rollout.active.to(device_);
       }
       result->stats = trainer_->Update(job.rollout, job.progress, &cancel_);
       result->cancelled = result->stats.cancelled;

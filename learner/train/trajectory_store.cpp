@@ -91,6 +91,7 @@ struct TrajectoryStore::Arena {
     const std::size_t o_value = take(n * sizeof(float));
     const std::size_t o_reward = take(n * sizeof(float));
     const std::size_t o_done = take(n * sizeof(float));
+    const std::size_t o_active = take(n * sizeof(float));
     const std::size_t o_version = take(n * sizeof(int64_t));
     const std::size_t o_bootstrap = take(static_cast<std::size_t>(rows) * sizeof(float));
     const std::size_t o_core = take(static_cast<std::size_t>(chunks * rows * core_numel) * sizeof(float));
@@ -102,6 +103,7 @@ struct TrajectoryStore::Arena {
     value = reinterpret_cast<float*>(base + o_value);
     reward = reinterpret_cast<float*>(base + o_reward);
     done = reinterpret_cast<float*>(base + o_done);
+    active = reinterpret_cast<float*>(base + o_active);
     version = reinterpret_cast<int64_t*>(base + o_version);
     bootstrap = reinterpret_cast<float*>(base + o_bootstrap);
     core = reinterpret_cast<float*>(base + o_core);
@@ -123,6 +125,7 @@ struct TrajectoryStore::Arena {
   float* value;
   float* reward;
   float* done;
+  float* active;  // 1: the row's agent acted; 0: it had finished before its env ended
   int64_t* version;
   float* bootstrap;
   float* core;  // [chunks, rows, core_numel]: the core states at each chunk's start
@@ -210,16 +213,27 @@ void TrajectoryStore::CopyRows(U* field, int64_t width, int64_t stride_rows, int
 
 void TrajectoryStore::RecordStep(int group, const float* obs, const void* actions, const float* logp,
                                  const float* value, int64_t policy_version, const float* states,
-                                 bool inputs_written) {
-  RecordInputs(group, obs, states, inputs_written);
+                                 bool inputs_written, const uint8_t* active) {
+  RecordInputs(group, obs, states, inputs_written, active);
   RecordOutputs(group, actions, logp, value, policy_version);
 }
 
-void TrajectoryStore::RecordInputs(int group, const float* obs, const float* states, bool inputs_written) {
+void TrajectoryStore::RecordInputs(int group, const float* obs, const float* states, bool inputs_written,
+                                   const uint8_t* active) {
   if (!groups_[group].arena) PlaceGroups();
   Group& g = groups_[group];
   Arena& a = *g.arena;
   const int64_t t = g.steps;
+  float* acting = a.active + t * a.rows + g.col;
+  if (active == nullptr) {
+    std::fill_n(acting, g.rows, 1.0f);
+  } else {
+    for (int i = 0; i < g.rows; ++i) {
+      acting[i] = active[i] ? 1.0f : 0.0f;
+      inactive_rows_ += active[i] ? 0 : 1;
+    }
+  }
+  copy_.record_bytes += static_cast<int64_t>(sizeof(float)) * g.rows;
   if (inputs_written) {
     copy_.record_bytes += static_cast<int64_t>(sizeof(float)) *
                           (g.rows * obs_numel_ + (state_numel_ > 0 ? g.rows / agents_ * state_numel_ : 0));
@@ -298,7 +312,7 @@ void TrajectoryStore::SetBootstrap(int group, const float* values) {
 int64_t TrajectoryStore::bytes() const { return pool_->mapped_bytes(); }
 
 int64_t TrajectoryStore::bytes_per_row_step() const {
-  return static_cast<int64_t>(sizeof(float)) * obs_numel_ + 8 * action_numel_ + 4 * 4 + 8 +
+  return static_cast<int64_t>(sizeof(float)) * obs_numel_ + 8 * action_numel_ + 4 * 5 + 8 +
          static_cast<int64_t>(sizeof(float)) * state_numel_ / agents_ +
          (core_numel_ > 0 ? static_cast<int64_t>(sizeof(float)) * core_numel_ / bptt_ : 0);
 }
@@ -403,6 +417,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
       gather(arena->value, s.value, 1, N, s.rows, col, g.col, g.rows, L);
       gather(arena->reward, s.reward, 1, N, s.rows, col, g.col, g.rows, L);
       gather(arena->done, s.done, 1, N, s.rows, col, g.col, g.rows, L);
+      gather(arena->active, s.active, 1, N, s.rows, col, g.col, g.rows, L);
       gather(arena->version, s.version, 1, N, s.rows, col, g.col, g.rows, L);
       gather(arena->bootstrap, s.bootstrap, 1, N, s.rows, col, g.col, g.rows, 1);
       if (core_numel_ > 0) gather(arena->core, s.core, core_numel_, N, s.rows, col, g.col, g.rows, L / bptt_);
@@ -452,6 +467,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   r.values = view(arena->value, {L, N}, f32);
   r.rewards = view(arena->reward, {L, N}, f32);
   r.dones = view(arena->done, {L, N}, f32);
+  if (inactive_rows_ > 0) r.active = view(arena->active, {L, N}, f32);
   r.last_value = view(arena->bootstrap, {N}, f32);
   r.lag = current_version - view(arena->version, {L, N}, torch::kInt64);  // its own memory, not the arena's
   if (core_numel_ > 0) {
@@ -469,6 +485,7 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
     g.pending = false;
   }
   full_groups_ = 0;
+  inactive_rows_ = 0;
   return r;
 }
 

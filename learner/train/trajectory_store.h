@@ -121,11 +121,16 @@ class TrajectoryStore {
   // and may be null, otherwise).
   // inputs_written: the observations and states are already in place, written through NextStepInputs (obs and
   // states are then not read; the bytes count in copy_stats() all the same).
+  // active: [rows] bytes, 0 for a row whose agent finished before its env ended (StepRequest.active); null: every
+  // row acts. A rollout with such a row has Rollout::active.
   void RecordStep(int group, const float* obs, const void* actions, const float* logp, const float* value,
-                  int64_t policy_version, const float* states = nullptr, bool inputs_written = false);
+                  int64_t policy_version, const float* states = nullptr, bool inputs_written = false,
+                  const uint8_t* active = nullptr);
   // RecordStep in two halves, for a caller that copies the inputs while the forward runs on a device: the inputs
-  // (observations, states), then the forward's outputs, which complete the step. Same arguments as RecordStep.
-  void RecordInputs(int group, const float* obs, const float* states = nullptr, bool inputs_written = false);
+  // (observations, states, which rows act), then the forward's outputs, which complete the step. Same arguments as
+  // RecordStep.
+  void RecordInputs(int group, const float* obs, const float* states = nullptr, bool inputs_written = false,
+                    const uint8_t* active = nullptr);
   // `core_state` [rows, core_numel]: the rows' core states before this step, kept when the step starts a chunk
   // (ignored, and may be null, otherwise or without a core).
   void RecordOutputs(int group, const void* actions, const float* logp, const float* value, int64_t policy_version,
@@ -147,7 +152,8 @@ class TrajectoryStore {
   void SetBootstrap(int group, const float* values);
 
   // The rollout of the groups present: obs [T, N, obs_shape...] and, when the store keeps states, states
-  // [T, N / agents_per_env, state_shape...] (state_shape's numel must be state_numel); lag relative to
+  // [T, N / agents_per_env, state_shape...] (state_shape's numel must be state_numel); active [T, N] when a row
+  // of the rollout did not act (RecordInputs' `active`), undefined otherwise; lag relative to
   // `current_version`. The tensors share one arena, returned to the pool when the last is dropped.
   // length: the rollout's steps, 0 for rollout_length (every group full); less ends the rollout early (a cut,
   // learner.sync_fraction): it must be at most CutLength(), each group's steps from `length` on are left out, and
@@ -173,7 +179,7 @@ class TrajectoryStore {
   const CopyStats& copy_stats() const { return copy_; }
   // Bytes of the arenas this store and its rollouts hold, spare ones included.
   int64_t bytes() const;
-  // Bytes of trajectory data per step of one row (obs, action, log-prob, value, reward, done, version, and
+  // Bytes of trajectory data per step of one row (obs, action, log-prob, value, reward, done, active, version, and
   // the row's share of its env's state), for memory estimates.
   int64_t bytes_per_row_step() const;
 
@@ -210,6 +216,7 @@ class TrajectoryStore {
   std::vector<Group> groups_;
   int full_groups_ = 0;   // alive groups with T steps
   int alive_groups_ = 0;
+  int64_t inactive_rows_ = 0;  // rows recorded as not acting since the last Take: the next rollout has `active`
   CopyStats copy_;
 };
 

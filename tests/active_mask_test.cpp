@@ -1,0 +1,239 @@
+// Agents that finish before their env ends (MAPPO's active masks): the loss over the rows that count, the last
+// active step's bootstrap, the store's record of which rows acted, and an update on which the finished rows'
+// data has no effect.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "learner/model/policy.h"
+#include "learner/train/ppo.h"
+#include "learner/train/trajectory_store.h"
+
+#undef CHECK  // glog's, from LibTorch: Catch's must win
+#include <catch2/catch.hpp>
+
+#include "tests/ppo_test_util.h"
+
+namespace farm {
+namespace {
+
+using testing::FlatParameters;
+
+TEST_CASE("the masked PPO loss is the loss of the rows that count, gradients included", "[active]") {
+  torch::manual_seed(3);
+  const int64_t B = 12;
+  const torch::Tensor mask = torch::tensor({1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1, 1}, torch::kFloat32);
+  const torch::Tensor keep = mask.nonzero().flatten();
+  PpoConfig config;
+  config.clip_coef = 0.2;
+  config.ent_coef = 0.01;
+  config.vf_coef = 0.5;
+  for (const bool norm_adv : {true, false})
+    for (const bool clip_vloss : {true, false}) {
+      INFO("norm_adv " << norm_adv << ", clip_vloss " << clip_vloss);
+      config.norm_adv = norm_adv;
+      config.clip_vloss = clip_vloss;
+      const torch::Tensor logp = torch::randn({B}).requires_grad_();
+      const torch::Tensor value = torch::randn({B}).requires_grad_();
+      const torch::Tensor entropy = torch::rand({B}).requires_grad_();
+      const torch::Tensor old_logp = logp.detach() + 0.3 * torch::randn({B});
+      const torch::Tensor old_values = torch::randn({B}), adv = torch::randn({B}) * 3 + 1, ret = torch::randn({B});
+
+      const PpoLoss masked = ComputePpoLoss(EvalOutput{logp, entropy, value}, old_logp, old_values,
+                                            adv, ret, config, mask);
+      masked.total.backward();
+      const torch::Tensor g_logp = logp.grad().clone(), g_value = value.grad().clone(), g_ent = entropy.grad().clone();
+      for (const auto& t : {logp, value, entropy}) t.grad().zero_();
+
+      const auto sub = [&](const torch::Tensor& t) { return t.index_select(0, keep); };
+      const PpoLoss alone = ComputePpoLoss(EvalOutput{sub(logp), sub(entropy), sub(value)},
+                                           sub(old_logp), sub(old_values), sub(adv), sub(ret), config);
+      alone.total.backward();
+      for (const auto& [a, b] : std::vector<std::pair<torch::Tensor, torch::Tensor>>{
+               {masked.total, alone.total}, {masked.policy_loss, alone.policy_loss},
+               {masked.value_loss, alone.value_loss}, {masked.entropy, alone.entropy},
+               {masked.approx_kl, alone.approx_kl}, {masked.clip_fraction, alone.clip_fraction}})
+        CHECK(a.item<double>() == Approx(b.item<double>()).margin(1e-6));
+      // The rows left out get no gradient; the others get the gradient of the loss over them alone.
+      for (const auto& [g, t] : std::vector<std::pair<torch::Tensor, torch::Tensor>>{
+               {g_logp, logp}, {g_value, value}, {g_ent, entropy}}) {
+        CHECK(g.masked_select(mask == 0).abs().max().item<float>() == 0.0f);
+        CHECK(torch::allclose(g, t.grad(), 1e-5, 1e-6));  // the subset's backward reaches the same leaves
+        t.grad().zero_();
+      }
+    }
+}
+
+TEST_CASE("a finished agent's last active step bootstraps, and nothing after it flows back", "[active]") {
+  // Row 0: acts at steps 0-1, finished (truncated alone) from step 2 on. Row 1: terminated alone at step 1 (done),
+  // so nothing is added. Row 2: acts throughout.
+  Rollout r;
+  r.rewards = torch::tensor({1.f, 1.f, 1.f, 2.f, 2.f, 2.f, 0.f, 0.f, 3.f, 0.f, 0.f, 3.f}).view({4, 3});
+  r.values = torch::tensor({0.5f, 0.5f, 0.5f, 1.f, 1.f, 1.f, 4.f, 9.f, 2.f, 7.f, 9.f, 2.f}).view({4, 3});
+  r.dones = torch::zeros({4, 3});
+  r.dones[1][1] = 1;
+  r.active = torch::ones({4, 3});
+  r.active.narrow(0, 2, 2).narrow(1, 0, 2).zero_();
+  r.last_value = torch::tensor({5.f, 5.f, 5.f});
+  const double gamma = 0.5;
+  const Rollout cut = BootstrapFinishedAgents(r, gamma);
+  CHECK(cut.rewards[1][0].item<float>() == Approx(2 + 0.5 * 4));  // + gamma * V(the observation it finished on)
+  CHECK(cut.dones[1][0].item<float>() == 1);
+  CHECK(cut.rewards[1][1].item<float>() == 2);  // terminated: nothing to bootstrap
+  CHECK(torch::equal(cut.rewards.select(1, 2), r.rewards.select(1, 2)));
+  CHECK(torch::equal(cut.dones.select(1, 2), r.dones.select(1, 2)));
+  CHECK(r.rewards[1][0].item<float>() == 2);  // the rollout itself is left as it was
+
+  const Advantages gae = ComputeGae(cut.rewards, cut.values, cut.dones, cut.last_value, gamma, 1.0);
+  // Row 0 at step 1: r + gamma V(s_2) - V(s_1), whatever the finished steps after it hold.
+  CHECK(gae.advantages[1][0].item<float>() == Approx(2 + 0.5 * 4 - 1));
+  CHECK(gae.advantages[0][0].item<float>() == Approx(1 - 0.5 + 0.5 * (2 + 0.5 * 4)));
+
+  CHECK(!BootstrapFinishedAgents(Rollout{}, gamma).active.defined());
+  Rollout bad = r;
+  bad.active = torch::ones({4, 2});
+  CHECK_THROWS_AS(BootstrapFinishedAgents(bad, gamma), std::invalid_argument);
+}
+
+// A rollout of T x N (N = 4 rows, discrete actions) where row 1 finished at step 3 and its env ended at step 5, and
+// row 2 terminated alone at step 4 and acts no more; and a copy whose finished rows hold other data (other than the
+// value of row 1's first finished step, which its last active step bootstraps from).
+struct MaskedRollouts {
+  Rollout clean, scrambled;
+};
+
+MaskedRollouts MakeMaskedRollouts(int64_t T, torch::Tensor core_states = {}, int64_t bptt = 0) {
+  const int64_t N = 4;
+  Rollout r;
+  r.obs = torch::randn({T, N, 3});
+  r.actions = torch::randint(2, {T, N}, torch::kLong);
+  r.logp = std::log(0.5f) + 0.1 * torch::randn({T, N});
+  r.values = torch::randn({T, N});
+  r.rewards = torch::randn({T, N});
+  r.last_value = torch::randn({N});
+  r.dones = torch::zeros({T, N});
+  r.dones[T - 3][0] = 1;
+  r.active = torch::ones({T, N});
+  r.active.narrow(0, 3, 3).select(1, 1).zero_();
+  r.dones[5].select(0, 1).fill_(1);  // row 1's env ends at step 5
+  r.dones[4][2] = 1;
+  r.active.narrow(0, 5, T - 5).select(1, 2).zero_();
+  r.core_states = core_states;
+  r.bptt = bptt;
+  Rollout s = r;
+  const torch::Tensor off = r.active == 0;
+  torch::Tensor keep_value = off.clone();
+  keep_value[3][1] = false;  // row 1's last active step bootstraps from it
+  s.obs = torch::where(off.unsqueeze(-1), torch::randn_like(r.obs) * 50, r.obs);
+  s.actions = torch::where(off, 1 - r.actions, r.actions);
+  s.logp = torch::where(off, torch::randn_like(r.logp) * 3, r.logp);
+  s.rewards = torch::where(off, torch::randn_like(r.rewards) * 100, r.rewards);
+  s.values = torch::where(keep_value, torch::randn_like(r.values) * 100, r.values);
+  return {r, s};
+}
+
+TEST_CASE("an update is the same whatever the finished agents' rows hold", "[active]") {
+  for (const bool core : {false, true}) {
+    INFO((core ? "a GRU (chunks of 4 steps)" : "an MLP"));
+    torch::manual_seed(11);
+    PolicyOptions options;
+    if (core) {
+      options.core = CoreKind::kGru;
+      options.core_size = 8;
+    }
+    const Space obs = Space::Box({3}, {-1}, {1});
+    ActorCritic a(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    ActorCritic b(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    ActorCritic c(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    b->CopyFrom(*a);
+    c->CopyFrom(*a);
+    const int64_t T = 8;
+    const torch::Tensor states = core ? torch::zeros({T / 4, 4, a->core_state_size()}) : torch::Tensor();
+    MaskedRollouts m = core ? MakeMaskedRollouts(T, states, 4) : MakeMaskedRollouts(T);
+    PpoConfig config;
+    config.update_epochs = 2;
+    config.num_minibatches = 2;
+    config.fused_update = "auto";  // falls back to the LibTorch update for a rollout with an active mask
+    PpoTrainer ta(a, config, 5), tb(b, config, 5), tc(c, config, 5);
+    const PpoStats sa = ta.Update(m.clean, 0.0);
+    const PpoStats sb = tb.Update(m.scrambled, 0.0);
+    CHECK(sa.masked_rows == 3 + 3);
+    CHECK(sb.masked_rows == 6);
+    CHECK(sa.samples == T * 4);
+    // The fused update has no mask: a rollout with one takes the LibTorch update, as fused_update=off does.
+    CHECK(ta.fused() == !core);
+    CHECK(std::string(ta.last_update_path()) == "libtorch");
+    ActorCritic d(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    d->CopyFrom(*c);
+    PpoConfig off = config;
+    off.fused_update = "off";
+    PpoTrainer(d, off, 5).Update(m.clean, 0.0);
+    CHECK(torch::equal(FlatParameters(a), FlatParameters(d)));
+    CHECK(torch::allclose(FlatParameters(a), FlatParameters(b), 1e-6, 1e-6));
+    CHECK(sa.policy_loss == Approx(sb.policy_loss).margin(1e-6));
+    CHECK(sa.explained_variance == Approx(sb.explained_variance).margin(1e-6));
+    // Without the mask the scrambled rows train: the check above can fail.
+    Rollout unmasked = m.scrambled;
+    unmasked.active = torch::Tensor();
+    const PpoStats sc = tc.Update(unmasked, 0.0);
+    CHECK(sc.masked_rows == 0);
+    CHECK(std::string(tc.last_update_path()) == (core ? "libtorch" : "fused"));
+    CHECK(!torch::allclose(FlatParameters(a), FlatParameters(c), 1e-4, 1e-4));
+  }
+}
+
+TEST_CASE("the store records which rows acted, and a rollout where all did has no mask", "[active][store]") {
+  TrajectoryStore store(/*T=*/3, /*obs_numel=*/1, Space::Discrete(2), /*state_numel=*/0, /*agents_per_env=*/2);
+  const int a = store.AddGroup(2);
+  const float obs[2] = {0, 0}, f[2] = {0, 0}, reward[2] = {1, 1};
+  const int64_t act[2] = {0, 1};
+  const uint8_t none[2] = {0, 0}, both[2] = {1, 1}, second_off[2] = {1, 0};
+  auto run = [&](const std::vector<const uint8_t*>& active) {
+    for (int t = 0; t < 3; ++t) {
+      store.RecordStep(a, obs, act, f, f, 0, nullptr, false, active[t]);
+      store.RecordOutcome(a, reward, none, none);
+    }
+    store.SetBootstrap(a, f);
+    return store.Take({1}, 0, nullptr);
+  };
+  const Rollout all = run({nullptr, both, nullptr});
+  CHECK(!all.active.defined());
+  const Rollout some = run({both, second_off, second_off});
+  REQUIRE(some.active.defined());
+  CHECK(torch::equal(some.active, torch::tensor({1.f, 1.f, 1.f, 0.f, 1.f, 0.f}).view({3, 2})));
+  // A group that joins while the other has recorded gets an arena of its own: the rollout is gathered from two
+  // arenas, and the mask with it.
+  store.RecordStep(a, obs, act, f, f, 0);
+  store.RecordOutcome(a, reward, none, none);
+  const int b = store.AddGroup(2);
+  for (int t = 1; t < 3; ++t) {
+    store.RecordStep(a, obs, act, f, f, 0, nullptr, false, t == 2 ? second_off : nullptr);
+    store.RecordOutcome(a, reward, none, none);
+  }
+  store.SetBootstrap(a, f);
+  for (int t = 0; t < 3; ++t) {
+    store.RecordStep(b, obs, act, f, f, 0, nullptr, false, t == 1 ? second_off : nullptr);
+    store.RecordOutcome(b, reward, none, none);
+  }
+  store.SetBootstrap(b, f);
+  const int64_t gathers = store.copy_stats().takes - store.copy_stats().zero_copy_takes;
+  const Rollout gathered = store.Take({1}, 0, nullptr);
+  CHECK(store.copy_stats().takes - store.copy_stats().zero_copy_takes == gathers + 1);
+  REQUIRE(gathered.active.defined());
+  CHECK(torch::equal(gathered.active,
+                     torch::tensor({1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 0.f, 1.f, 0.f, 1.f, 1.f}).view({3, 4})));
+  // The next rollout starts with every row acting again.
+  for (int g : {a, b})
+    for (int t = 0; t < 3; ++t) {
+      store.RecordStep(g, obs, act, f, f, 0);
+      store.RecordOutcome(g, reward, none, none);
+    }
+  store.SetBootstrap(a, f);
+  store.SetBootstrap(b, f);
+  CHECK(!store.Take({1}, 0, nullptr).active.defined());
+}
+
+}  // namespace
+}  // namespace farm
