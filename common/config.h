@@ -320,6 +320,11 @@ struct PpoConfig {
   // move with them). The fused CPU update has none: ppo.fused_update=auto falls back to the LibTorch update (the
   // CUDA-graph step takes it).
   std::string value_norm = "none";
+  // Agents that finish before their env ends (StepRequest.active): true leaves their rows out of the policy, value
+  // and entropy terms and of the advantage normalisation, as MAPPO's active masks (its default); false trains them
+  // as if they acted (MAPPO's use_active_masks off). Either way an agent's last active step is an end of its own for
+  // GAE and V-trace. The fused and graphed updates have no mask: a rollout with one takes the LibTorch update.
+  bool active_masks = true;
 
   template <class V> void visit(V& v) {
     v("rollout_length", rollout_length, Rule::AtLeast(1));
@@ -360,6 +365,7 @@ struct PpoConfig {
     v("vtrace_c_bar", vtrace_c_bar, Rule::Positive());
     v("max_policy_lag", max_policy_lag, Rule::AtLeast(0));
     v("value_norm", value_norm, Rule::OneOf({"none", "running", "popart"}));
+    v("active_masks", active_masks);
   }
 };
 

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,22 @@ TEST_CASE("the masked PPO loss is the loss of the rows that count, gradients inc
         CHECK(torch::allclose(g, t.grad(), 1e-5, 1e-6));  // the subset's backward reaches the same leaves
         t.grad().zero_();
       }
+      // A left-out row's overflow (a log-ratio of 1e30, an infinite advantage and value) reaches neither the loss
+      // nor any gradient.
+      const torch::Tensor wild_logp = logp.detach().clone(), wild_value = value.detach().clone(), wild_adv = adv.clone();
+      wild_logp[2] = 1e30f;
+      wild_value[4] = std::numeric_limits<float>::infinity();
+      wild_adv[5] = std::numeric_limits<float>::infinity();
+      wild_logp.requires_grad_();
+      wild_value.requires_grad_();
+      const PpoLoss wild = ComputePpoLoss(EvalOutput{wild_logp, entropy, wild_value}, old_logp, old_values, wild_adv,
+                                          ret, config, mask);
+      wild.total.backward();
+      CHECK(wild.total.item<double>() == Approx(alone.total.item<double>()).margin(1e-6));
+      CHECK(torch::isfinite(wild_logp.grad()).all().item<bool>());
+      CHECK(torch::isfinite(wild_value.grad()).all().item<bool>());
+      CHECK(torch::allclose(wild_logp.grad(), g_logp, 1e-5, 1e-6));
+      entropy.grad().zero_();
     }
 }
 
@@ -91,6 +108,10 @@ TEST_CASE("a finished agent's last active step bootstraps, and nothing after it 
   CHECK(gae.advantages[1][0].item<float>() == Approx(2 + 0.5 * 4 - 1));
   CHECK(gae.advantages[0][0].item<float>() == Approx(1 - 0.5 + 0.5 * (2 + 0.5 * 4)));
 
+  // ppo.bootstrap_truncated off: the end without the bonus, as for the time limit's truncations.
+  const Rollout plain = BootstrapFinishedAgents(r, gamma, /*bootstrap=*/false);
+  CHECK(plain.rewards[1][0].item<float>() == 2);
+  CHECK(plain.dones[1][0].item<float>() == 1);
   CHECK(!BootstrapFinishedAgents(Rollout{}, gamma).active.defined());
   Rollout bad = r;
   bad.active = torch::ones({4, 2});
@@ -180,8 +201,34 @@ TEST_CASE("an update is the same whatever the finished agents' rows hold", "[act
     const PpoStats sc = tc.Update(unmasked, 0.0);
     CHECK(sc.masked_rows == 0);
     CHECK(std::string(tc.last_update_path()) == (core ? "libtorch" : "fused"));
+    // ppo.active_masks off: the finished rows train (and the fused update may take the rollout).
+    torch::manual_seed(11);  // f starts where a did
+    ActorCritic f(obs, Space::Discrete(2), std::vector<int>{16}, options);
+    PpoConfig unmasked_config = config;
+    unmasked_config.active_masks = false;
+    PpoTrainer tf(f, unmasked_config, 5);
+    const PpoStats sf = tf.Update(m.scrambled, 0.0);
+    CHECK(sf.masked_rows == 0);
+    CHECK(std::string(tf.last_update_path()) == (core ? "libtorch" : "fused"));
+    CHECK(!torch::allclose(FlatParameters(a), FlatParameters(f), 1e-4, 1e-4));
     CHECK(!torch::allclose(FlatParameters(a), FlatParameters(c), 1e-4, 1e-4));
   }
+}
+
+TEST_CASE("a rollout in which no row acts moves no parameter", "[active]") {
+  torch::manual_seed(2);
+  ActorCritic net(Space::Box({3}, {-1}, {1}), Space::Discrete(2), std::vector<int>{16});
+  const torch::Tensor before = FlatParameters(net);
+  MaskedRollouts m = MakeMaskedRollouts(8);
+  m.clean.active = torch::zeros({8, 4});
+  PpoConfig config;
+  config.num_minibatches = 4;
+  PpoTrainer trainer(net, config, 1);
+  const PpoStats stats = trainer.Update(m.clean, 0.0);
+  CHECK(stats.masked_rows == 32);
+  // No minibatch had a row to learn from: no optimizer step (Adam's first step would move every parameter).
+  CHECK(torch::equal(FlatParameters(net), before));
+  CHECK(stats.grad_norm == 0);
 }
 
 TEST_CASE("the store records which rows acted, and a rollout where all did has no mask", "[active][store]") {

@@ -170,10 +170,16 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   // a host read, so that a CUDA graph could record it; a minibatch with no row counting has every term 0.
   const torch::Tensor count = mask.defined() ? mask.sum().clamp_min(1) : torch::Tensor();
   const auto mean = [&](const torch::Tensor& x) { return mask.defined() ? (x * mask).sum() / count : x.mean(); };
+  // The rows left out enter every term as neutral inputs (ratio 1, advantage 0, the value its old one), chosen by
+  // `where` so that no gradient reaches their own: a left-out row's inf would otherwise make 0 * inf a NaN.
+  const torch::Tensor counts = mask.defined() ? mask > 0 : torch::Tensor();
+  const auto pick = [&](const torch::Tensor& x, const torch::Tensor& otherwise) {
+    return mask.defined() ? torch::where(counts, x, otherwise) : x;
+  };
 
   const double clip = config.clip_coef;
   PpoLoss loss;
-  const torch::Tensor log_ratio = eval.logp - old_logp;
+  const torch::Tensor log_ratio = pick(eval.logp - old_logp, torch::zeros_like(old_logp));
   const torch::Tensor ratio = log_ratio.exp();
   {
     torch::NoGradGuard no_grad;
@@ -182,7 +188,7 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
     loss.clip_fraction = mean(((ratio - 1).abs() > clip).to(torch::kFloat32));
   }
 
-  torch::Tensor adv = advantages;
+  torch::Tensor adv = pick(advantages, torch::zeros_like(advantages));
   if (config.norm_adv && !mask.defined()) {
     // The unbiased std of one sample is NaN; a one-sample minibatch is only centred.
     adv = adv.numel() > 1 ? (adv - adv.mean()) / (adv.std() + kAdvantageEps) : adv - adv.mean();
@@ -196,19 +202,20 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   const torch::Tensor pg_clipped = -adv * torch::clamp(ratio, 1 - clip, 1 + clip);
   loss.policy_loss = mean(torch::max(pg_unclipped, pg_clipped));
 
-  const torch::Tensor v_unclipped = (eval.value - returns).square();
+  const torch::Tensor value = pick(eval.value, old_values);
+  const torch::Tensor v_unclipped = (value - returns).square();
   if (config.clip_vloss) {
-    const torch::Tensor v_clipped = old_values + torch::clamp(eval.value - old_values, -clip, clip);
+    const torch::Tensor v_clipped = old_values + torch::clamp(value - old_values, -clip, clip);
     loss.value_loss = 0.5 * mean(torch::max(v_unclipped, (v_clipped - returns).square()));
   } else {
     loss.value_loss = 0.5 * mean(v_unclipped);
   }
-  loss.entropy = mean(eval.entropy);
+  loss.entropy = mean(pick(eval.entropy, torch::zeros_like(eval.entropy)));
   loss.total = loss.policy_loss - config.ent_coef * loss.entropy + config.vf_coef * loss.value_loss;
   return loss;
 }
 
-Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma) {
+Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma, bool bootstrap) {
   if (!rollout.active.defined()) return rollout;
   CheckShape(rollout.active, rollout.rewards.sizes(), "BootstrapFinishedAgents: active");
   torch::NoGradGuard no_grad;
@@ -222,10 +229,10 @@ Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma) {
   const torch::Tensor last = active.narrow(0, 0, steps - 1) * (1 - active.narrow(0, 1, steps - 1)) *
                              (1 - done.narrow(0, 0, steps - 1));
   if (!last.any().item<bool>()) return r;
-  const torch::Tensor bonus = last * static_cast<float>(gamma) * host(rollout.values).narrow(0, 1, steps - 1);
   torch::Tensor rewards = host(rollout.rewards).clone();
   torch::Tensor dones = done.clone();
-  rewards.narrow(0, 0, steps - 1).add_(bonus);
+  if (bootstrap)
+    rewards.narrow(0, 0, steps - 1).add_(last * static_cast<float>(gamma) * host(rollout.values).narrow(0, 1, steps - 1));
   dones.narrow(0, 0, steps - 1).add_(last);
   r.rewards = rewards.to(rollout.rewards.device());
   r.dones = dones.to(rollout.dones.device());
@@ -464,7 +471,7 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
   stats->lag_dropped = batch - stats->samples;
   if (rollout.active.defined()) {
     CheckShape(rollout.active, rollout.rewards.sizes(), "PpoTrainer::Update: active");
-    stats->masked_rows = (rollout.active.detach() == 0).sum().item<int64_t>();
+    if (config_.active_masks) stats->masked_rows = (rollout.active.detach() == 0).sum().item<int64_t>();
   }
   if (reducer_) {
     // Ranks: the share kept over every rank's samples, and the same number of minibatches on every rank (a rank
@@ -484,8 +491,10 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
 
 PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& acted, const Plan& plan, PpoStats* stats) {
   const torch::Device device = plan.device;
-  // Agents that finished before their env ended: their last step bootstraps, and nothing after it flows back.
-  const Rollout rollout = BootstrapFinishedAgents(acted, config_.gamma);
+  // Agents that finished before their env ended: their last step is an end of its own, and nothing after it flows
+  // back. With ppo.active_masks off their rows then train as if they acted (every figure below reads them too).
+  Rollout rollout = BootstrapFinishedAgents(acted, config_.gamma, config_.bootstrap_truncated);
+  if (!config_.active_masks) rollout.active = torch::Tensor();
   const Advantages gae = ComputeGae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
                                     config_.gamma, config_.gae_lambda);
   // Flatten T x N into one batch; detach so that the rollout never enters the graph.
@@ -643,6 +652,17 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
       const int64_t end = (mb + 1) * plan.units_kept / plan.num_minibatches;
       const torch::Tensor drawn = perm.slice(0, begin, end);
       const torch::Tensor unit_idx = plan.kept.defined() ? plan.kept.index_select(0, drawn) : drawn;
+      // The rows that count: the minibatch's loss is their mean (with finished agents, a read of the mask).
+      int64_t acting = (end - begin) * rows_per_unit;
+      if (b.rows.active.defined() && end > begin) {
+        const torch::Tensor idx = UnitRows(unit_idx, plan.k, arange_k);
+        acting = (plan.recurrent ? PickColumns(b.chunks.active, idx) : b.rows.active.index_select(0, idx))
+                     .sum()
+                     .item<int64_t>();
+      }
+      // Nothing acts in it: no step (Adam's momentum would still move the parameters), no statistics. Ranks still
+      // take their part in the others' step.
+      if (acting == 0 && !reducer_) continue;
       optimizer_->zero_grad();
       PpoLoss loss;
       if (end > begin) {
@@ -656,14 +676,7 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
       if (reducer_) {
         // The scaled gradients (every rank's scale is the same): an inf/NaN of one rank reaches all, so every rank
         // skips the same steps. A stop request of any rank stops every rank after this step.
-        // The rows that count: the minibatch's loss is their mean (with finished agents, a read of the mask).
-        int64_t samples = (end - begin) * rows_per_unit;
-        if (b.rows.active.defined() && end > begin) {
-          const torch::Tensor idx = UnitRows(unit_idx, plan.k, arange_k);
-          samples = (plan.recurrent ? PickColumns(b.chunks.active, idx) : b.rows.active.index_select(0, idx))
-                        .sum()
-                        .item<int64_t>();
-        }
+        const int64_t samples = acting;
         stop_requested = reducer_->ReduceGradients(params, samples, stop_requested).any_flag;
         last_samples = samples;
       }

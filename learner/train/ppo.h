@@ -60,11 +60,12 @@ Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values,
                       const torch::Tensor& last_value, double gamma, double lambda);
 
 // The rollout with every finished agent's last active step made an end of its own (rollout.active): where row n
-// acted at step t and not at t + 1 while its env went on, the step gets gamma * values[t + 1] added to its reward
-// and done set, as a time-limit truncation does, so that GAE and V-trace bootstrap from the value of the
-// observation it finished on and carry nothing back from the rows that no longer act. An agent terminated alone
-// already has done set (nothing is added then). The same rollout (shallow) when it has no active mask.
-Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma);
+// acted at step t and not at t + 1 while its env went on, the step gets done set and, with `bootstrap`
+// (ppo.bootstrap_truncated, as for the time limit's truncations), gamma * values[t + 1] added to its reward, so
+// that GAE and V-trace bootstrap from the value of the observation it finished on and carry nothing back from the
+// rows that no longer act. An agent terminated alone already has done set (nothing is added then). The same
+// rollout (shallow) when it has no active mask.
+Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma, bool bootstrap = true);
 
 struct PpoStats {
   double policy_loss = 0;
@@ -91,7 +92,8 @@ struct PpoStats {
   // ppo.max_policy_lag: samples left out of this update's loss for their lag (whole units: an env's agents, a
   // chunk), and the learning rate scaled by the fraction kept (learning_rate is the scaled one).
   int64_t lag_dropped = 0;
-  // Rows whose agent had finished before its env ended (Rollout::active), left out of every loss term.
+  // Rows whose agent had finished before its env ended (Rollout::active), left out of every loss term (0 with
+  // ppo.active_masks off).
   int64_t masked_rows = 0;
   bool vtrace = false;
   double vtrace_ratio = 0;

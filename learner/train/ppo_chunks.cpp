@@ -55,7 +55,8 @@ PpoChunks MakeChunks(const Rollout& rollout, const Advantages& gae, torch::Devic
   c.advantages = ToChunks(gae.advantages, L, device);
   c.returns = ToChunks(gae.returns, L, device);
   // An episode starts at step t when step t - 1 ended one. At a chunk's first step the stored state already is
-  // zero for such a row (acting reset it), so zeroing it again changes nothing.
+  // zero for such a row (acting reset it), so zeroing it again changes nothing; the one exception, an agent that
+  // finished alone without terminating (BootstrapFinishedAgents' done), has only left-out rows after it.
   const torch::Tensor dones = rollout.dones.detach().to(torch::kFloat32);
   const torch::Tensor starts = torch::cat({torch::zeros({1, N}, dones.options()), dones.narrow(0, 0, T - 1)});
   c.starts = ToChunks(starts, L, device);

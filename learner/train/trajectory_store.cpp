@@ -467,7 +467,10 @@ Rollout TrajectoryStore::Take(const std::vector<int64_t>& obs_shape, int64_t cur
   r.values = view(arena->value, {L, N}, f32);
   r.rewards = view(arena->reward, {L, N}, f32);
   r.dones = view(arena->done, {L, N}, f32);
-  if (inactive_rows_ > 0) r.active = view(arena->active, {L, N}, f32);
+  if (inactive_rows_ > 0) {  // some may lie past a cut, or in a group that left: the rollout's own decide
+    torch::Tensor active = view(arena->active, {L, N}, f32);
+    if ((active == 0).any().item<bool>()) r.active = std::move(active);
+  }
   r.last_value = view(arena->bootstrap, {N}, f32);
   r.lag = current_version - view(arena->version, {L, N}, torch::kInt64);  // its own memory, not the arena's
   if (core_numel_ > 0) {
