@@ -452,6 +452,28 @@ TEST_CASE("Normalizer: an agent's own end neither restarts its env's return nor 
   CHECK(plain.pending_ret().mean()[0] == Approx((1 + 2.5 + 4.25 + 6.125 + 8.0625 + 10.03125 + 1 + 2.5) / 8));
 }
 
+TEST_CASE("Normalizer: a finished agent's repeated observation is not counted", "[multi_agent][normalizer][finish_early]") {
+  // Agent 0 finishes at step 1 and its env ends (the time limit) at step 6: steps 2-5 count 2 rows of 3.
+  NormalizerOptions o;
+  o.obs = true;
+  Normalizer norm(o, 3);
+  REQUIRE(norm.AddGroup(1, kAgents) == 0);
+  auto group = MakeGroup("TestFinishEarly-v0", {}, 1, 1);
+  norm.OnReset(0, *group);
+  CHECK(norm.pending_obs().count() == 3);
+  const std::vector<int64_t> first{1, 0, 0}, stay{0, 0, 0};
+  int64_t want = 3;
+  for (int t = 1; t <= 7; ++t) {
+    group->Step(t == 1 ? first.data() : stay.data(), nullptr);
+    norm.OnStep(0, *group);
+    want += group->active()[0] ? 3 : 2;
+    INFO("step " << t);
+    CHECK(norm.pending_obs().count() == want);
+  }
+  // 3 at the reset, 2 after steps 1-5 (agent 0's row inactive), 3 after step 6 (the env ended and reset) and 7.
+  CHECK(want == 3 + 5 * 2 + 3 + 3);
+}
+
 TEST_CASE("CheckHello: agents per env and the global state, protocol 1 is refused by name", "[multi_agent][wire]") {
   CHECK(kProtocolVersion == 3);
   Handshake hs;

@@ -44,11 +44,24 @@ void Normalizer::Observe(Group& s, const EnvGroup& group) {
   }
   const int64_t rows = group.rows();
   if (!frozen_) {
-    pending_obs_.AddRows(group.obs(), rows);
-    if (!has_global_obs_) {
-      own_obs_.AddRows(group.obs(), rows);
-      RefreshTransform();
+    // The rows that act: an agent that finished early (env.h, agents_finish_early) repeats its last observation
+    // until its env ends, which would weigh it once per step. Runs of acting rows, in row order.
+    const uint8_t* active = group.any_inactive() ? group.active() : nullptr;
+    for (int64_t begin = 0; begin < rows;) {
+      int64_t end = rows;
+      if (active != nullptr) {
+        while (begin < rows && !active[begin]) ++begin;
+        end = begin;
+        while (end < rows && active[end]) ++end;
+      }
+      if (end > begin) {
+        const float* first = group.obs() + begin * obs_numel_;
+        pending_obs_.AddRows(first, end - begin);
+        if (!has_global_obs_) own_obs_.AddRows(first, end - begin);
+      }
+      begin = end;
     }
+    if (!has_global_obs_) RefreshTransform();
   }
   transform_.Apply(group.obs(), s.obs.data(), rows);
   s.final_obs.resize(group.final_obs().size());

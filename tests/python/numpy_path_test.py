@@ -363,6 +363,20 @@ for t in range(1, 6):
 assert nn.pending_ret.count == 5 and abs(nn.pending_ret.mean[0] - (1 + 1.5 + 1.75 + 1.875 + 1) / 5) < 1e-12, \
     nn.pending_ret.mean
 
+# Observation statistics count the acting rows only (a finished agent repeats its last observation): 3 at the
+# reset, then the active rows after EARLY's steps 1-3 (2, 1, 1), 3 after the env's end (step 4), 2 after step 5.
+nn = NumpyNormalizer(fw.NormalizerOptions(obs=True, reward=False), 2)
+nn.add_group(1, 3)
+g = ArrayGroup([EarlyArrays()])
+g.reset()
+nn.on_reset(0, g)
+counts = [nn.pending_obs.count]
+for t in range(1, 6):
+    _, _, _, _, info = g.step(np.zeros(3, np.int64))
+    nn.on_step(0, g, info["final_obs"])
+    counts.append(nn.pending_obs.count)
+assert counts == [3, 5, 6, 7, 10, 12], counts
+
 # The request: StepRequest.active only while some row is inactive.
 sent = []
 w = fw.PythonWorker([EarlyZoo] * 2, "tcp://127.0.0.1:1", num_groups=1)

@@ -131,12 +131,14 @@ class NumpyNormalizer:
         self._groups.append(_Group(num_envs, num_agents))
         return len(self._groups) - 1
 
-    def _observe(self, s: _Group, obs: np.ndarray, final_obs: np.ndarray) -> None:
+    def _observe(self, s: _Group, obs: np.ndarray, final_obs: np.ndarray, active=None) -> None:
         if not self.options.obs:
             s.obs, s.final_obs = obs, final_obs
             return
         if not self.frozen:
             flat = obs.reshape(len(obs), -1)
+            if active is not None:  # the acting rows: a finished agent repeats its last observation until its env ends
+                flat = flat[active.astype(bool)]
             self.pending_obs.add_rows(flat)
             if not self.has_global_obs:
                 self.own_obs.add_rows(flat)
@@ -152,7 +154,7 @@ class NumpyNormalizer:
 
     def on_step(self, g: int, group, final_obs) -> None:
         s = self._groups[g]
-        self._observe(s, group.obs, final_obs)
+        self._observe(s, group.obs, final_obs, group.active if getattr(group, "any_inactive", False) else None)
         if not self.options.reward:
             s.reward = group.reward
             return
