@@ -398,6 +398,66 @@ w.close()
 print("finished agents' flags, frames, normaliser and requests ok")
 
 
+# 4c. Agents of different spaces, padded for one shared policy (farm_worker.pad_agents).
+class TwoKinds:
+    """A speaker (observation [3], 3 actions) and a listener (observation [2, 2], 5 actions), as MPE's
+    simple_speaker_listener; state [2]; every step returns the actions the env was given as the reward."""
+    metadata = {"name": "two_kinds_v0"}
+
+    def __init__(self, kinds=("d", "d")):
+        self.possible_agents = ["speaker", "listener"]
+        self.kinds = dict(zip(self.possible_agents, kinds))
+        self.state_space = fw.Box(0.0, 9.0, (2,))
+        self.seen = []
+
+    def observation_space(self, agent):
+        return fw.Box(-1.0, 4.0, (3,)) if agent == "speaker" else fw.Box([[-2.0, 0.0], [0.0, 0.0]], 5.0, (2, 2))
+
+    def action_space(self, agent):
+        n = 3 if agent == "speaker" else 5
+        return fw.Discrete(n) if self.kinds[agent] == "d" else fw.Box(-0.5 if agent == "speaker" else 0.0, 1.0, (n,))
+
+    def state(self):
+        return np.array([1, 2], np.float32)
+
+    def _obs(self):
+        return {"speaker": [1, 2, 3], "listener": [[4, 5], [6, 7]]}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.seen.append(dict(actions))
+        return (self._obs(), {a: 0.0 for a in self.agents}, {a: False for a in self.agents},
+                {a: False for a in self.agents}, {a: {} for a in self.agents})
+
+
+expect_error(lambda: ParallelEnvAdapter(TwoKinds()), "'listener' has other spaces", "pad_agents")
+p = fw.pad_agents(TwoKinds())
+assert p.observation_space("speaker") == p.observation_space("listener") == fw.Box(
+    [-2.0, -1.0, -1.0, 0.0, 0.0, 0.0], [5.0, 5.0, 5.0, 5.0, 1.0, 1.0], (6,)), p.observation_space("speaker").low
+assert p.action_space("speaker") == p.action_space("listener") == fw.Discrete(5)
+g = ArrayGroup([p])
+assert g.num_agents == 2 and g.state_space.shape == (2,) and g.observation_space.shape == (6,)
+g.reset()
+assert g.obs.tolist() == [[1, 2, 3, 0, 1, 0], [4, 5, 6, 7, 0, 1]] and g.state.tolist() == [[1, 2]], g.obs
+for speaker_action, taken in ((2, 2), (3, 0), (4, 0), (0, 0)):  # an action the speaker lacks is its first
+    g.step(np.array([speaker_action, 4], np.int64))
+    assert p.env.seen[-1] == {"speaker": taken, "listener": 4}, p.env.seen[-1]
+q = fw.pad_agents(TwoKinds(), agent_id=False)
+assert q.observation_space("speaker").shape == (4,) and q.pad_observation("speaker", [1, 2, 3]).tolist() == [1, 2, 3, 0]
+expect_error(lambda: q.pad_observation("speaker", [1, 2]), "'speaker' observed 2 numbers", "has 3")
+expect_error(lambda: q.action_space("nobody"), "unknown agent 'nobody'")
+# Box actions: the widest bounds per entry; an agent takes its own first entries, clipped to its own bounds.
+b = fw.pad_agents(TwoKinds(("b", "b")))
+assert b.action_space("speaker") == fw.Box([-0.5, -0.5, -0.5, 0.0, 0.0], 1.0, (5,)), b.action_space("speaker")
+assert b.unpad_action("speaker", [-0.75, 0.25, 2.0, 0.5, 0.5]).tolist() == [-0.5, 0.25, 1.0]
+assert b.unpad_action("listener", [-0.75, 0.25, 0.5, 2.0, 0.75]).tolist() == [0.0, 0.25, 0.5, 1.0, 0.75]
+expect_error(lambda: fw.pad_agents(TwoKinds(("d", "b"))), "different kinds", "all Discrete or all Box")
+print("agents of different spaces, padded for one policy ok")
+
+
 # 5. Vectorised envs.
 class Batched:
     """num_envs counters; env i truncates after 3 + i steps; same-step autoreset with infos['final_obs']."""

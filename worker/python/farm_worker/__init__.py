@@ -7,9 +7,11 @@ envs through the pure-Python path (farm_worker.vector). Observation and reward n
 are done as farm-worker does them. docs/ENVIRONMENTS.md, "Python environments".
 
 Modules: worker (PythonWorker, the protocol), groups (numpy env groups), vector (the pure-Python path), normalizer
-and numpy_normalizer, spaces, wire (messages, seeds, bytes), cli (farm-worker-py).
+and numpy_normalizer, spaces, wire (messages, seeds, bytes), cli (farm-worker-py),
+pad_agents (agents of different spaces, padded for one shared policy).
 """
 from .errors import LearnerTimeout, ProtocolError, WorkerError
+from .pad_agents import PaddedAgents, pad_agents
 from .normalizer import NORMALIZER_EPSILON, Normalizer, NormalizerOptions, ObsTransform, RunningMoments
 from .spaces import Box, Discrete, MultiDiscrete, as_space
 from .vector import MAX_FRAME_STACK, FrameStack, VectorEnv, env_style, stacked_space
@@ -23,5 +25,5 @@ __all__ = [
     "Box", "Discrete", "MultiDiscrete", "as_space", "VectorEnv", "FrameStack", "stacked_space", "env_style",
     "MAX_FRAME_STACK", "PythonWorker", "WorkerStats", "WorkerError", "ProtocolError", "LearnerTimeout",
     "load_proto", "space_to_wire", "check_endpoint", "PROTOCOL_VERSION", "NormalizerOptions", "Normalizer",
-    "RunningMoments", "ObsTransform", "NORMALIZER_EPSILON", "load_factory", "main",
+    "RunningMoments", "ObsTransform", "NORMALIZER_EPSILON", "load_factory", "main", "pad_agents", "PaddedAgents",
 ]

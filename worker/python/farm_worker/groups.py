@@ -241,7 +241,8 @@ class ParallelEnvAdapter:
             if _space_of(env, "observation_space", a) != self.observation_space or \
                     _space_of(env, "action_space", a) != self.action_space:
                 raise WorkerError(f"agent {a!r} has other spaces than agent {self.agents[0]!r}: the farm's agents share "
-                                  "one policy and need the same spaces")
+                                  "one policy and need the same spaces; farm_worker.pad_agents(env) pads them to "
+                                  "one (observations zero-padded with an agent id, extra actions taken as the first)")
         self.state_space = _box_or_none(getattr(env, "state_space", None), "state_space")
         self._last = None
         self._done: Dict[Any, bool] = {}
