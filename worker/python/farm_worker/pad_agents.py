@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # `import farm_worker` works without numpy (the pure-Python path); pad_agents needs it
+    np = None
 
 from .errors import WorkerError
 from .spaces import Box, Discrete, MultiDiscrete, as_space
@@ -56,6 +59,8 @@ class PaddedAgents:
     module's text. agent_id: append a one-hot of the agent's index to its observation."""
 
     def __init__(self, env, agent_id: bool = True):
+        if np is None:
+            raise WorkerError("pad_agents needs numpy (Debian: python3-numpy)")
         self.env = env
         self.possible_agents = list(getattr(env, "possible_agents", []) or [])
         if not self.possible_agents:
