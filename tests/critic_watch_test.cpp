@@ -140,4 +140,60 @@ TEST_CASE("the watch's state restored (a resumed run) goes on counting and does 
   CHECK(again.constant_updates() == 0);
 }
 
+TEST_CASE("the critic's tanh saturation is measured on the rollout's critic inputs, sampled evenly",
+          "[critic_watch]") {
+  const Space obs = Space::Box({6}, {-1.f}, {1.f});
+  torch::manual_seed(5);
+  ActorCritic policy(obs, Space::Discrete(3), std::vector<int>{16, 16});
+  Rollout r;
+  r.obs = torch::rand({8, 4, 6}) * 2 - 1;
+  // A fresh critic (orthogonal init) on inputs of its scale: few units at +-1.
+  const std::optional<double> fresh = RolloutCriticSaturation(*policy, r);
+  REQUIRE(fresh);
+  CHECK(*fresh >= 0);
+  CHECK(*fresh < 0.05);
+  {
+    // The critic's first Linear 1000 times larger: on zero rows its tanh outputs are 0, on the others most of them
+    // are at +-1.
+    torch::NoGradGuard no_grad;
+    policy->named_parameters()["critic.0.weight"].mul_(1000);
+  }
+  r.obs = torch::zeros({8, 4, 6});
+  const torch::Tensor flat = r.obs.view({32, 6});
+  for (const int64_t row : {0, 10, 20, 31}) flat[row].fill_(0.5);  // the rows linspace(0, 31, 4) picks
+  const std::optional<double> picked = RolloutCriticSaturation(*policy, r, 4);
+  const std::optional<double> all = RolloutCriticSaturation(*policy, r);
+  REQUIRE(picked);
+  REQUIRE(all);
+  CHECK(*picked >= 0.5);  // every unit of the first layer (half of the tanh outputs) at +-1
+  CHECK(*all == Approx(*picked * 4 / 32));  // the same 4 rows, among 28 unsaturated ones
+  CHECK(*policy->CriticSaturation(torch::zeros({5, 6})) == 0);
+
+  // A centralised critic reads the global states (4 numbers per env of 2 agents), not the observations.
+  PolicyOptions central;
+  central.global_state = Space::Box({4}, {-1.f}, {1.f});
+  ActorCritic ctde(obs, Space::Discrete(3), std::vector<int>{16}, central);
+  Rollout c;
+  c.obs = torch::rand({8, 4, 6});
+  c.states = torch::rand({8, 2, 4});
+  c.rows_per_state = 2;
+  CHECK(RolloutCriticSaturation(*ctde, c));
+  CHECK_THROWS(ctde->CriticSaturation(c.obs.flatten(0, 1)));  // observations are not the critic's input
+
+  // No tanh layer (ReLU trunk): nothing to report, and Items lists nothing.
+  PolicyOptions relu;
+  relu.layout.activation = Activation::kRelu;
+  ActorCritic r_policy(obs, Space::Discrete(3), std::vector<int>{16}, relu);
+  CHECK_FALSE(RolloutCriticSaturation(*r_policy, r));
+  PpoStats stats;
+  const auto listed = [](const PpoStats& s) {
+    for (const auto& [name, value] : s.Items())
+      if (name == "critic_saturation") return value;
+    return -1.0;
+  };
+  CHECK(listed(stats) == -1.0);
+  stats.critic_saturation = 0.25;
+  CHECK(listed(stats) == 0.25);  // in metrics.jsonl, TensorBoard and summary.json
+}
+
 }  // namespace farm

@@ -228,6 +228,27 @@ torch::nn::Linear ActorCriticImpl::critic_head() const {
   return torch::nn::Linear(critic_->ptr<torch::nn::LinearImpl>(critic_->size() - 1));
 }
 
+std::optional<double> ActorCriticImpl::CriticSaturation(const torch::Tensor& input) {
+  torch::NoGradGuard no_grad;
+  const bool scripted = !options_.critic_encoder_script.empty();
+  torch::Tensor x = Shaped(input, options_.global_state ? *options_.global_state : observation_, options_.encoder,
+                           scripted);
+  torch::Tensor saturated = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+  int64_t outputs = 0;
+  const auto walk = [&](torch::nn::Sequential& seq) {
+    for (auto& module : *seq) {
+      x = module.forward(x);
+      if (module.ptr()->as<torch::nn::TanhImpl>() == nullptr) continue;
+      saturated += (x.abs() > kSaturatedTanh).sum();
+      outputs += x.numel();
+    }
+  };
+  if (critic_encoder_) walk(critic_encoder_);
+  if (!critic_core_) walk(critic_);  // with a core, critic_ is the head alone, after the core
+  if (outputs == 0) return std::nullopt;
+  return saturated.item<double>() / static_cast<double>(outputs);
+}
+
 torch::Tensor ActorCriticImpl::CriticValue(const torch::Tensor& obs, const torch::Tensor& state, const char* caller) {
   if (critic_core_)
     throw std::invalid_argument(std::string("ActorCritic::") + caller +

@@ -159,6 +159,14 @@ class ActorCriticImpl : public torch::nn::Module {
   torch::Tensor value_norm_moments() const { return value_moments_; }
   torch::nn::Linear critic_head() const;
 
+  // How saturated the critic's tanh units are on `input` (the critic's input rows: [B, global state...] with a
+  // global state, else [B, obs...]): the share of the outputs of every tanh layer of its encoder and trunk that are
+  // beyond +-kSaturatedTanh, over the B rows. A critic whose tanh units sit at +-1 passes almost no gradient below
+  // them (critic_watch.h). nullopt when the critic has no tanh layer (ppo.activation relu, elu or silu); with a
+  // core, the layers before it. No gradient; the caller picks the rows (the trainer: a sample of the rollout).
+  static constexpr double kSaturatedTanh = 0.99;
+  std::optional<double> CriticSaturation(const torch::Tensor& input);
+
  private:
   // The actor's head input (encoded observation) and the critic's value [B].
   torch::Tensor ActorFeatures(const torch::Tensor& obs);

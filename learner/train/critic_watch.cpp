@@ -35,6 +35,20 @@ std::optional<CriticWatch::Report> CriticWatch::Observe(int64_t update, const Pp
           kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance)};
 }
 
+std::optional<double> RolloutCriticSaturation(ActorCriticImpl& policy, const Rollout& rollout, int64_t max_rows) {
+  const torch::Tensor& input = policy.has_global_state() ? rollout.states : rollout.obs;
+  if (!input.defined() || input.dim() < 2 || input.size(0) * input.size(1) == 0 || max_rows <= 0) return std::nullopt;
+  const torch::Tensor rows = input.flatten(0, 1);  // [T, N or envs, ...] -> [T * N, ...]
+  const int64_t n = rows.size(0);
+  const torch::Tensor pick =
+      n <= max_rows ? rows
+                    : rows.index_select(0, torch::linspace(0, static_cast<double>(n - 1), max_rows,
+                                                           torch::TensorOptions().dtype(torch::kDouble))
+                                               .to(torch::kLong)
+                                               .to(rows.device()));
+  return policy.CriticSaturation(pick);
+}
+
 Status CriticWatch::Restore(const State& state) {
   if (state.constant_updates < 0 || state.constant_updates > std::numeric_limits<int>::max() ||
       (state.reported_at && *state.reported_at < 0))

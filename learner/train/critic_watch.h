@@ -12,7 +12,12 @@
 // been constant for kUpdates updates in a row while the returns varied, and another when it varies again
 // (kVaryingSpread).
 //
-// Threading: not thread-safe; the learner's inference thread owns it.
+// RolloutCriticSaturation measures the other half of that story as it happens: the share of the critic's tanh
+// outputs at +-1 (ActorCriticImpl::CriticSaturation) on rows of an update's rollout, per update in metrics as
+// critic_saturation. On uav_coverage's mlp critics it ended at 92-96 % (docs/PERFORMANCE.md).
+//
+// Threading: CriticWatch is not thread-safe; the learner's inference thread owns it. RolloutCriticSaturation runs
+// on the thread that owns the policy (the trainer thread).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +25,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "learner/model/policy.h"
 #include "learner/train/ppo.h"
 
 namespace farm {
+
+// The critic's saturation (ActorCriticImpl::CriticSaturation) on at most `max_rows` rows of `rollout`, evenly
+// spaced over its steps and envs (its global states when the policy has them, else its observations); nullopt
+// for a critic without tanh layers or an empty rollout.
+std::optional<double> RolloutCriticSaturation(ActorCriticImpl& policy, const Rollout& rollout,
+                                              int64_t max_rows = 512);
 
 class CriticWatch {
  public:

@@ -144,6 +144,7 @@ std::vector<std::pair<std::string, double>> PpoStats::Items() const {
     items.push_back({"value_norm_mean", value_norm_mean});
     items.push_back({"value_norm_std", value_norm_std});
   }
+  if (critic_saturation) items.push_back({"critic_saturation", *critic_saturation});
   if (vtrace) {
     items.push_back({"vtrace_ratio", vtrace_ratio});
     items.push_back({"vtrace_rho_clipped", vtrace_rho_clipped});

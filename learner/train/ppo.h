@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +105,10 @@ struct PpoStats {
   bool value_norm = false;
   double value_norm_mean = 0;
   double value_norm_std = 1;
+  // The share of the critic's tanh outputs at +-1 after the update, on a sample of its rollout
+  // (RolloutCriticSaturation, critic_watch.h; set by the trainer thread). Listed by Items only when set: a critic
+  // with tanh layers.
+  std::optional<double> critic_saturation;
 
   std::vector<std::pair<std::string, double>> Items() const;
 };

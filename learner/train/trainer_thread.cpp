@@ -13,6 +13,7 @@
 #include "learner/model/cuda_graph.h"
 #include "learner/model/device.h"
 #include "learner/run/error_text.h"
+#include "learner/train/critic_watch.h"
 
 namespace farm {
 namespace {
@@ -148,6 +149,8 @@ void TrainerThread::Loop() {
       }
       result->stats = trainer_->Update(job.rollout, job.progress, &cancel_);
       result->cancelled = result->stats.cancelled;
+      if (std::isfinite(result->stats.policy_loss))
+        result->stats.critic_saturation = RolloutCriticSaturation(*training_, job.rollout);
       // The inference thread copies the new weights on its own stream once it hears of this result (and an
       // asynchronous CUDA error of the update surfaces here).
       stream.Synchronize();
