@@ -458,6 +458,104 @@ expect_error(lambda: fw.pad_agents(TwoKinds(("d", "b"))), "different kinds", "al
 print("agents of different spaces, padded for one policy ok")
 
 
+# 4d. One team trained against opponents that act inside the env (farm_worker.play_against).
+class Duel:
+    """adv_0 (3 actions) against good_0 and good_1 (2 actions each); observations [agent index, t]; each agent's reward
+    is its action; everyone truncated after step 3; state [t]."""
+    metadata = {"name": "duel_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["adv_0", "good_0", "good_1"]
+        self.state_space = fw.Box(0.0, 10.0, (1,))
+        self.seen = []
+
+    def observation_space(self, agent):
+        return fw.Box(-10.0, 10.0, (2,))
+
+    def action_space(self, agent):
+        return fw.Discrete(3 if agent.startswith("adv") else 2)
+
+    def state(self):
+        return np.array([self.t], np.float32)
+
+    def _obs(self):
+        return {a: np.array([i, self.t], np.float32) for i, a in enumerate(self.possible_agents) if a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents), actions
+        self.seen.append(dict(actions))
+        self.t += 1
+        rew = {a: float(actions[a]) for a in self.agents}
+        trunc = {a: self.t >= 3 for a in self.agents}
+        obs = self._obs()
+        self.agents = [a for a in self.agents if not trunc[a]]
+        return obs, rew, {a: False for a in trunc}, trunc, {a: {} for a in trunc}
+
+
+# A callable opponent sees its own last observation; the farm sees the good agents alone.
+calls = []
+d = fw.play_against(Duel(), "adv_*", policy=lambda agent, obs: calls.append((agent, obs.tolist())) or 2)
+assert d.possible_agents == ["good_0", "good_1"] and d.observation_space("good_0").shape == (2,)
+g = ArrayGroup([d])
+assert g.num_agents == 2 and g.state_space.shape == (1,)
+g.reset()
+for t in range(1, 4):
+    obs, r, term, trunc, info = g.step(np.array([1, 0], np.int64))
+    assert d.env.seen[-1] == {"adv_0": 2, "good_0": 1, "good_1": 0} and r.tolist() == [1, 0], (d.env.seen, r)
+assert calls == [("adv_0", [0, 0]), ("adv_0", [0, 1]), ("adv_0", [0, 2])], calls
+assert trunc.tolist() == [1, 1] and info["episodes"] == [(1.5, 3)], (trunc, info)
+assert d.opponent_returns == {"adv_0": 6.0}, d.opponent_returns
+assert g.state.tolist() == [[0]]  # reset in the same step, as any PettingZoo env
+# A random opponent: uniform over its own actions, seeded by the env's reset seed.
+draws = []
+for seed in (5, 5, 6):
+    r_env = fw.play_against(Duel(), ["adv_0"])
+    r_env.reset(seed=seed)
+    for _ in range(3):
+        r_env.step({"good_0": 0, "good_1": 0})
+    draws.append([s["adv_0"] for s in r_env.env.seen])
+assert draws[0] == draws[1] and all(a in (0, 1, 2) for a in draws[0]), draws
+many = fw.play_against(Duel(), "adv_0")
+many.reset(seed=1)
+seen = set()
+for _ in range(60):
+    if not many.agents:
+        many.reset()
+    many.step({"good_0": 0, "good_1": 0})
+    seen.add(many.env.seen[-1]["adv_0"])
+assert seen == {0, 1, 2}, seen
+expect_error(lambda: fw.play_against(Duel(), "red_*"), "'red_*' names no agent", "adv_0")
+expect_error(lambda: fw.play_against(Duel(), "*"), "names every agent", "at least one")
+expect_error(lambda: fw.play_against(Duel(), "adv_0", policy=3), "expected 'random', a callable")
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:
+    # A frozen opponent: a TorchScript policy as farm-export writes one (observation in, action out).
+    import tempfile
+
+    class Argmax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x[:, 1] % 3).to(torch.int64)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.jit.script(Argmax()).save(tmp + "/adv.pt")
+        e = fw.play_against(Duel(), "adv_0", policy=tmp + "/adv.pt")
+        e.reset()
+        for _ in range(3):
+            e.step({"good_0": 0, "good_1": 0})
+        assert [s["adv_0"] for s in e.env.seen] == [0, 1, 2], e.env.seen
+    expect_error(lambda: fw.play_against(Duel(), "adv_0", policy="/nonexistent.pt"), "cannot load", "nonexistent")
+    print("play_against ok (random, callable and exported opponents)")
+else:
+    print("play_against ok (random and callable opponents; exported ones skipped: no Python torch)")
+
+
 # 5. Vectorised envs.
 class Batched:
     """num_envs counters; env i truncates after 3 + i steps; same-step autoreset with infos['final_obs']."""

@@ -8,10 +8,12 @@ are done as farm-worker does them. docs/ENVIRONMENTS.md, "Python environments".
 
 Modules: worker (PythonWorker, the protocol), groups (numpy env groups), vector (the pure-Python path), normalizer
 and numpy_normalizer, spaces, wire (messages, seeds, bytes), cli (farm-worker-py),
-pad_agents (agents of different spaces, padded for one shared policy).
+pad_agents (agents of different spaces, padded for one shared policy), opponents (play_against: some agents acting by a
+fixed policy inside the env: random, a callable or an exported one).
 """
 from .errors import LearnerTimeout, ProtocolError, WorkerError
 from .pad_agents import PaddedAgents, pad_agents
+from .opponents import PlayAgainst, play_against
 from .normalizer import NORMALIZER_EPSILON, Normalizer, NormalizerOptions, ObsTransform, RunningMoments
 from .spaces import Box, Discrete, MultiDiscrete, as_space
 from .vector import MAX_FRAME_STACK, FrameStack, VectorEnv, env_style, stacked_space
@@ -26,4 +28,5 @@ __all__ = [
     "MAX_FRAME_STACK", "PythonWorker", "WorkerStats", "WorkerError", "ProtocolError", "LearnerTimeout",
     "load_proto", "space_to_wire", "check_endpoint", "PROTOCOL_VERSION", "NormalizerOptions", "Normalizer",
     "RunningMoments", "ObsTransform", "NORMALIZER_EPSILON", "load_factory", "main", "pad_agents", "PaddedAgents",
+    "play_against", "PlayAgainst",
 ]
