@@ -551,7 +551,27 @@ if torch is not None:
             e.step({"good_0": 0, "good_1": 0})
         assert [s["adv_0"] for s in e.env.seen] == [0, 1, 2], e.env.seen
     expect_error(lambda: fw.play_against(Duel(), "adv_0", policy="/nonexistent.pt"), "cannot load", "nonexistent")
-    print("play_against ok (random, callable and exported opponents)")
+
+    # A recurrent one (as farm-export writes a policy with a core): the state carried, zeroed at each reset. This
+    # one acts (number of steps seen in the episode) % 3.
+    class Counting(torch.nn.Module):
+        def forward(self, x: torch.Tensor, state: torch.Tensor):
+            state = state + 1
+            return (state[:, 0] % 3).to(torch.int64), state
+
+        @torch.jit.export
+        def initial_state(self, batch: int):
+            return torch.zeros([batch, 2])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.jit.script(Counting()).save(tmp + "/adv.pt")
+        e = fw.play_against(Duel(), "adv_0", policy=tmp + "/adv.pt")
+        for _ in range(2):
+            e.reset()
+            for _ in range(3):
+                e.step({"good_0": 0, "good_1": 0})
+        assert [s["adv_0"] for s in e.env.seen] == [1, 2, 0, 1, 2, 0], e.env.seen
+    print("play_against ok (random, callable and exported opponents, feed-forward and recurrent)")
 else:
     print("play_against ok (random and callable opponents; exported ones skipped: no Python torch)")
 

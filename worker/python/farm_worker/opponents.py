@@ -11,8 +11,10 @@ fixed policy inside the env, so that the farm trains the other agents (one team)
   * opponents: agent names or fnmatch patterns (`adversary_*`), a string or a list; each must name an agent of
     possible_agents, and at least one agent must be left to train;
   * policy: "random" (each opponent uniform over its own action space, from a generator seeded by the env's
-    reset seed), a callable policy(agent, observation) -> action, or the path of a TorchScript policy exported by
-    farm-export (a feed-forward one: observation in, deterministic action out; loaded with Python's torch);
+    reset seed), a callable policy(agent, observation) -> action (an object with new_episode() is told of each
+    reset), or the path of a TorchScript policy exported by farm-export (observation in, deterministic action out;
+    with a recurrent core, each opponent's state carried from step to step and zeroed at each reset; loaded with
+    Python's torch);
   * the env the farm sees: possible_agents, agents, observations, rewards, ends and infos of the trained agents
     only (their episode return is the farm's); state() and state_space are the env's own, the opponents included,
     for a centralised critic. The opponents' summed rewards of the last finished episode are in
@@ -68,7 +70,9 @@ class _RandomPolicy:
 
 
 class _ExportedPolicy:
-    """A feed-forward policy exported by farm-export (TorchScript: observation [B, ...] in, action [B, ...] out)."""
+    """A policy exported by farm-export (TorchScript: observation [B, ...] in, action [B, ...] out; with a core,
+    module(obs, state) -> (action, state) and initial_state(B)): each opponent keeps its own state, zero at every
+    episode's start."""
 
     def __init__(self, path: str):
         try:
@@ -81,15 +85,22 @@ class _ExportedPolicy:
             self.module = torch.jit.load(path, map_location="cpu")
         except Exception as e:  # torch's own error types differ between versions
             raise WorkerError(f"play_against: cannot load the exported policy {path!r}: {e}") from None
-        if hasattr(self.module, "initial_state"):
-            raise WorkerError(f"play_against: {path!r} is a recurrent policy (it has initial_state); expected a "
-                              "feed-forward one")
+        self.recurrent = hasattr(self.module, "initial_state")
+        self.states: Dict[Any, Any] = {}
         self.module.eval()
+
+    def new_episode(self) -> None:
+        self.states = {}
 
     def __call__(self, agent, obs):
         with self.torch.no_grad():
             x = self.torch.as_tensor(np.asarray(obs, np.float32))[None]
-            action = self.module(x)[0]
+            if self.recurrent:
+                state = self.states.get(agent)
+                action, self.states[agent] = self.module(x, self.module.initial_state(1) if state is None else state)
+            else:
+                action = self.module(x)
+            action = action[0]
         return int(action) if action.dim() == 0 else action.numpy()
 
 
@@ -149,6 +160,8 @@ class PlayAgainst:
         obs, infos = self.env.reset(seed=seed, options=options)
         if seed is not None and hasattr(self.policy, "seed"):
             self.policy.seed(seed)
+        if hasattr(self.policy, "new_episode"):
+            self.policy.new_episode()
         self._last = {a: obs[a] for a in self.opponents if a in obs}
         self._returns = {a: 0.0 for a in self.opponents}
         return self._split(obs), self._split(infos)
