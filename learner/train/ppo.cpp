@@ -644,8 +644,20 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
   PpoConfig loss_config = config_;
   if (b.advantages_normalised) loss_config.norm_adv = false;  // done over every rank's rollout in Prepare
   const int64_t rows_per_unit = plan.batch / plan.units;
+  // With finished agents: each unit's acting rows (a unit is k rows, or k chunk columns of L steps), once per
+  // update; an epoch's order of them is summed into one prefix sum read once, from which each minibatch's count
+  // comes without indexing its mask.
+  torch::Tensor unit_acting;
+  if (b.rows.active.defined())
+    unit_acting = (plan.recurrent ? b.chunks.active.sum(0) : b.rows.active).view({-1, plan.k}).sum(1).to(torch::kLong);
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
     const torch::Tensor perm = Permutation(plan.units_kept, device);
+    torch::Tensor acting_prefix;  // int64 [units_kept + 1] on the host: acting rows of the epoch's first i units
+    if (unit_acting.defined()) {
+      const torch::Tensor order = plan.kept.defined() ? plan.kept.index_select(0, perm) : perm;
+      acting_prefix =
+          torch::cat({torch::zeros({1}, unit_acting.options()), unit_acting.index_select(0, order).cumsum(0)}).cpu();
+    }
     torch::Tensor last_approx_kl;
     int64_t last_samples = 0;
     for (int64_t mb = 0; mb < plan.num_minibatches; ++mb) {
@@ -653,14 +665,10 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
       const int64_t end = (mb + 1) * plan.units_kept / plan.num_minibatches;
       const torch::Tensor drawn = perm.slice(0, begin, end);
       const torch::Tensor unit_idx = plan.kept.defined() ? plan.kept.index_select(0, drawn) : drawn;
-      // The rows that count: the minibatch's loss is their mean (with finished agents, a read of the mask).
-      int64_t acting = (end - begin) * rows_per_unit;
-      if (b.rows.active.defined() && end > begin) {
-        const torch::Tensor idx = UnitRows(unit_idx, plan.k, arange_k);
-        acting = (plan.recurrent ? PickColumns(b.chunks.active, idx) : b.rows.active.index_select(0, idx))
-                     .sum()
-                     .item<int64_t>();
-      }
+      // The rows that count: the minibatch's loss is their mean.
+      const int64_t acting = acting_prefix.defined()
+                                 ? acting_prefix.data_ptr<int64_t>()[end] - acting_prefix.data_ptr<int64_t>()[begin]
+                                 : (end - begin) * rows_per_unit;
       // Nothing acts in it: no step (Adam's momentum would still move the parameters), no statistics. Ranks still
       // take their part in the others' step.
       if (acting == 0 && !reducer_) continue;
