@@ -353,13 +353,9 @@ TEST_CASE("FrameStack: a worker stacks, then normalises with statistics of the s
 
   std::string identity;
   wire::Envelope in;
-  learner.Receive(&identity, &in);
-  REQUIRE(in.has_hello());
-  Space hello_obs;
-  REQUIRE(FromWire(in.hello().observation(), &hello_obs).ok());
-  CHECK(hello_obs.shape == std::vector<int64_t>{kStacked});
-  CHECK(hello_obs.low == std::vector<float>{-1, -2, -3, -1, -2, -3, -1, -2, -3});
-  learner.Accept(identity);
+  const Handshake hs = learner.AcceptHello(&identity);
+  CHECK(hs.observation.shape == std::vector<int64_t>{kStacked});
+  CHECK(hs.observation.low == std::vector<float>{-1, -2, -3, -1, -2, -3, -1, -2, -3});
 
   // The learner's statistics, one mean and variance per stacked element (all different), sent with the
   // reply to the first delta; from then on every element x_i is sent as (x_i - mean_i) / sqrt(var_i + 1e-8).

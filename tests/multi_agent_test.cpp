@@ -585,19 +585,14 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
 
   std::string identity;
   wire::Envelope in;
-  learner.Receive(&identity, &in);
-  REQUIRE(in.has_hello());
-  Handshake hs;
-  const Status hello_ok = CheckHello(in.hello(), &hs);
-  INFO(hello_ok.ToString());
-  REQUIRE(hello_ok.ok());
-  CHECK(in.hello().env_name() == "uav_coverage");
+  wire::Hello hello;
+  const Handshake hs = learner.AcceptHello(&identity, &hello);
+  CHECK(hello.env_name() == "uav_coverage");
   CHECK(hs.num_agents == 3);
   CHECK(hs.group_rows == 6);
   CHECK(hs.observation.shape == std::vector<int64_t>{5, 3, 3});
   REQUIRE(hs.global_state.has_value());
   CHECK(hs.global_state->shape == std::vector<int64_t>{3, 6, 6});
-  learner.Accept(identity);
 
   // Serve both groups "stay" until each has been truncated once (max_steps 3: at seq 3).
   std::vector<uint64_t> next_seq(2, 0);
@@ -659,12 +654,8 @@ TEST_CASE("WorkerClient: StepRequest.active is sent only while some agent has fi
 
   std::string identity;
   wire::Envelope in;
-  learner.Receive(&identity, &in);
-  REQUIRE(in.has_hello());
-  Handshake hs;
-  REQUIRE(CheckHello(in.hello(), &hs).ok());
+  const Handshake hs = learner.AcceptHello(&identity);
   CHECK(hs.observation.shape == std::vector<int64_t>{6, 3, 3});  // the battery channel
-  learner.Accept(identity);
 
   std::vector<uint64_t> next_seq(1, 0);
   using B = std::vector<uint8_t>;

@@ -497,14 +497,13 @@ TEST_CASE("WorkerClient: scaled rewards, raw episode returns, a delta per rollou
 
   std::string identity;
   wire::Envelope in;
-  learner.Receive(&identity, &in);
-  REQUIRE(in.has_hello());
-  const auto& norm = in.hello().normalization();
+  wire::Hello hello;
+  learner.AcceptHello(&identity, &hello);
+  const auto& norm = hello.normalization();
   CHECK(norm.normalize_obs());
   CHECK(norm.normalize_reward());
   CHECK(norm.obs_clip() == 10);
   CHECK(norm.gamma() == 0.5);
-  learner.Accept(identity);
 
   // The learner's statistics, sent with the reply to the first delta: observations all of mean (1, 98)
   // and variance (4, 16); returns of variance 4.

@@ -72,6 +72,21 @@ class StandInLearner {
     Send(identity, welcome);
   }
 
+  // Receives the worker's first message, which must be a Hello that passes the learner's CheckHello, and
+  // accepts it. Returns the handshake CheckHello made of it; `hello` (optional) gets the Hello itself.
+  Handshake AcceptHello(std::string* identity, wire::Hello* hello = nullptr) {
+    wire::Envelope in;
+    Receive(identity, &in);
+    REQUIRE(in.has_hello());
+    Handshake hs;
+    const Status checked = CheckHello(in.hello(), &hs);
+    INFO(checked.ToString());
+    REQUIRE(checked.ok());
+    if (hello != nullptr) *hello = in.hello();
+    Accept(*identity);
+    return hs;
+  }
+
   // Tells the worker to stop, waits for its Run to return and gives Run's status.
   Status StopAndJoin(const std::string& identity) {
     wire::Envelope stop;

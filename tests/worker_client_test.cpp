@@ -61,9 +61,7 @@ TEST_CASE("WorkerClient: an env whose step throws ends Run with an internal erro
 
   std::string identity;
   wire::Envelope in;
-  learner.Receive(&identity, &in);
-  REQUIRE(in.has_hello());
-  learner.Accept(identity);
+  learner.AcceptHello(&identity);
   // Actions for seqs 0, 1 and 2: the envs' steps 1 and 2 succeed, step 3 throws.
   for (uint64_t seq = 0; seq < kFailAtStep; ++seq) {
     learner.ReceiveSkippingHeartbeats(&identity, &in);
