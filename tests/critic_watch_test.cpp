@@ -193,7 +193,7 @@ TEST_CASE("the critic's tanh saturation is measured on the rollout's critic inpu
   };
   CHECK(listed(stats) == -1.0);
   stats.critic_saturation = 0.25;
-  CHECK(listed(stats) == 0.25);  // in metrics.jsonl, TensorBoard and summary.json
+  CHECK(listed(stats) == 0.25);  // in metrics.jsonl and TensorBoard (not summary.json)
 }
 
 }  // namespace farm

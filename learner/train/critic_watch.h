@@ -14,7 +14,7 @@
 //
 // RolloutCriticSaturation measures the other half of that story as it happens: the share of the critic's tanh
 // outputs at +-1 (ActorCriticImpl::CriticSaturation) on rows of an update's rollout, per update in metrics as
-// critic_saturation. On uav_coverage's mlp critics it ended at 92-96 % (docs/PERFORMANCE.md).
+// critic_saturation. On uav_coverage without value normalisation it ended at 0.62-0.71 (docs/PERFORMANCE.md).
 //
 // Threading: CriticWatch is not thread-safe; the learner's inference thread owns it. RolloutCriticSaturation runs
 // on the thread that owns the policy (the trainer thread).

@@ -45,18 +45,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import WorkerError
-from .spaces import Box, Discrete, MultiDiscrete, as_space
+from .spaces import Box, Discrete, MultiDiscrete, as_space, space_of
 from .vector import MAX_FRAME_STACK, env_style
 
 
-
-
-def _space_of(env, name: str, agent=None):
-    """env.<name> as a Space: an attribute, or PettingZoo's method taking an agent."""
-    attr = getattr(env, name, None)
-    if callable(attr) and not hasattr(attr, "shape") and not hasattr(attr, "n") and not hasattr(attr, "nvec"):
-        attr = attr(agent)
-    return as_space(attr)
 
 
 def _box_or_none(space, what: str) -> Optional[Box]:
@@ -235,11 +227,11 @@ class ParallelEnvAdapter:
         if not self.agents:
             raise WorkerError("the PettingZoo env has no possible_agents")
         self.num_agents = len(self.agents)
-        self.observation_space = _space_of(env, "observation_space", self.agents[0])
-        self.action_space = _space_of(env, "action_space", self.agents[0])
+        self.observation_space = space_of(env, "observation_space", self.agents[0])
+        self.action_space = space_of(env, "action_space", self.agents[0])
         for a in self.agents[1:]:
-            if _space_of(env, "observation_space", a) != self.observation_space or \
-                    _space_of(env, "action_space", a) != self.action_space:
+            if space_of(env, "observation_space", a) != self.observation_space or \
+                    space_of(env, "action_space", a) != self.action_space:
                 raise WorkerError(f"agent {a!r} has other spaces than agent {self.agents[0]!r}: the farm's agents share "
                                   "one policy and need the same spaces; farm_worker.pad_agents(env) pads them to "
                                   "one (observations zero-padded with an agent id, extra actions taken as the first)")

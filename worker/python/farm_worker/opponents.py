@@ -33,7 +33,7 @@ except ImportError:  # `import farm_worker` works without numpy; play_against ne
     np = None
 
 from .errors import WorkerError
-from .spaces import Box, Discrete, MultiDiscrete, as_space
+from .spaces import Box, Discrete, MultiDiscrete, env_space, space_of
 
 
 def _match(patterns: Sequence[str], agents: List[Any]) -> List[Any]:
@@ -116,16 +116,13 @@ class PlayAgainst:
         if not everyone:
             raise WorkerError("play_against: the env has no possible_agents (expected a PettingZoo Parallel env)")
         self.opponents = _match([opponents] if isinstance(opponents, str) else list(opponents), everyone)
-        self.possible_agents = [a for a in everyone if a not in self.opponents]
+        self._opponent_set = frozenset(self.opponents)
+        self.possible_agents = [a for a in everyone if a not in self._opponent_set]
         if not self.possible_agents:
             raise WorkerError(f"play_against: {opponents!r} names every agent ({everyone}); expected at least one "
                               "left to train")
         if policy == "random":
-            spaces = {}
-            for a in self.opponents:
-                attr = getattr(env, "action_space")
-                spaces[a] = as_space(attr(a) if callable(attr) else attr)
-            self.policy = _RandomPolicy(spaces)
+            self.policy = _RandomPolicy({a: space_of(env, "action_space", a) for a in self.opponents})
         elif isinstance(policy, str):
             self.policy = _ExportedPolicy(policy)
         elif callable(policy):
@@ -141,17 +138,11 @@ class PlayAgainst:
     def agents(self):
         return [a for a in self.env.agents if a not in self._opponent_set]
 
-    @property
-    def _opponent_set(self):
-        return set(self.opponents)
-
     def observation_space(self, agent):
-        attr = self.env.observation_space
-        return attr(agent) if callable(attr) else attr
+        return env_space(self.env, "observation_space", agent)
 
     def action_space(self, agent):
-        attr = self.env.action_space
-        return attr(agent) if callable(attr) else attr
+        return env_space(self.env, "action_space", agent)
 
     def _split(self, per_agent: Dict[Any, Any]) -> Dict[Any, Any]:
         return {a: v for a, v in per_agent.items() if a not in self._opponent_set}

@@ -32,14 +32,13 @@ except ImportError:  # `import farm_worker` works without numpy (the pure-Python
     np = None
 
 from .errors import WorkerError
-from .spaces import Box, Discrete, MultiDiscrete, as_space
+from .spaces import Box, Discrete, MultiDiscrete, space_of
 
 
 def _space(env, name: str, agent):
-    attr = getattr(env, name, None)
-    if attr is None:
+    if getattr(env, name, None) is None:
         raise WorkerError(f"pad_agents: the env has no {name}")
-    return as_space(attr(agent) if callable(attr) else attr)
+    return space_of(env, name, agent)
 
 
 def _widest(spaces, size: int, pad_value: float):

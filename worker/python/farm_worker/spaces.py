@@ -145,3 +145,16 @@ def as_space(space) -> Any:
         low = float("-inf") if low is None else low
         high = float("inf") if high is None else high
     return Box(low, high, shape)
+
+
+def env_space(env, name: str, agent=None) -> Any:
+    """env.<name> as the env holds it: an attribute, or PettingZoo's method taking an agent (None when absent)."""
+    attr = getattr(env, name, None)
+    if callable(attr) and not hasattr(attr, "shape") and not hasattr(attr, "n") and not hasattr(attr, "nvec"):
+        attr = attr(agent)
+    return attr
+
+
+def space_of(env, name: str, agent=None) -> Any:
+    """env.<name> (env_space) as a Discrete, MultiDiscrete or Box."""
+    return as_space(env_space(env, name, agent))
