@@ -424,6 +424,10 @@ void Learner::Impl::OnTrainerDone(const TrainResult& r) {
   stats.last_ppo = r.stats;
   if (const auto report = critic_watch.Observe(stats.updates, r.stats))
     spdlog::log(report->warning ? spdlog::level::warn : spdlog::level::info, "{}", report->text);
+  if (collector.has_store())
+    if (const auto report = critic_watch.ObserveScale(stats.updates, r.stats, collector.store().max_abs_reward(),
+                                                      config.ppo.gamma))
+      spdlog::warn("{}", report->text);
   stats.lag_dropped_total += r.stats.lag_dropped;
   stats.masked_rows_total += r.stats.masked_rows;
   update.path = r.update_path;

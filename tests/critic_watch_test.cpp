@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <string>
 
 #include "learner/model/policy.h"
@@ -102,6 +103,37 @@ TEST_CASE("the watch warns once after kUpdates constant updates, and notes when 
   for (int i = 0; i < CriticWatch::kUpdates; ++i) again = watch.Observe(++update, Fit(0.0, 2.0));
   REQUIRE(again);
   CHECK(again->warning);
+}
+
+TEST_CASE("the watch warns once when the values' spread exceeds any return the rewards allow, kUpdates in a row",
+          "[critic_watch]") {
+  // Rewards of at most 2 with gamma 0.9: no return exceeds 2 / (1 - 0.9) = 20.
+  CriticWatch watch;
+  int64_t update = 0;
+  // At the bound, and no rewards or gamma 1 (no bound): nothing, and no count.
+  for (int i = 0; i < 2 * CriticWatch::kUpdates; ++i) {
+    CHECK_FALSE(watch.ObserveScale(++update, Fit(19.9, 25.0), 2.0, 0.9));
+    CHECK_FALSE(watch.ObserveScale(++update, Fit(1e6, 1e6), 0.0, 0.9));
+    CHECK_FALSE(watch.ObserveScale(++update, Fit(1e6, 1e6), 2.0, 1.0));
+  }
+  // Beyond it for kUpdates - 1 updates, then within: the count starts again.
+  for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.ObserveScale(++update, Fit(21, 25), 2.0, 0.9));
+  CHECK_FALSE(watch.ObserveScale(++update, Fit(10, 25), 2.0, 0.9));
+  for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.ObserveScale(++update, Fit(30, 35), 2.0, 0.9));
+  // A cancelled update neither counts nor breaks the count.
+  PpoStats cancelled = Fit(10, 25);
+  cancelled.cancelled = true;
+  CHECK_FALSE(watch.ObserveScale(++update, cancelled, 2.0, 0.9));
+  const auto warning = watch.ObserveScale(++update, Fit(std::nan(""), 35), 2.0, 0.9);  // NaN: beyond too
+  REQUIRE(warning);
+  CHECK(warning->warning);
+  CHECK_THAT(warning->text, Catch::Contains("diverging") && Catch::Contains("update " + std::to_string(update)) &&
+                                Catch::Contains("= 20") && Catch::Contains("ppo.bootstrap_truncated"));
+  // Said once.
+  for (int i = 0; i < 2 * CriticWatch::kUpdates; ++i)
+    CHECK_FALSE(watch.ObserveScale(++update, Fit(1e9, 1e9), 2.0, 0.9));
+  // The constant-critic watch is a count of its own.
+  CHECK(watch.constant_updates() == 0);
 }
 
 TEST_CASE("the watch counts only consecutive constant updates", "[critic_watch]") {

@@ -29,6 +29,7 @@ TEST_CASE("groups record steps into their own columns and Take resets", "[store]
   const float rew_a[] = {1, 1}, rew_b[] = {2};
   const uint8_t no[] = {0, 0}, yes_no[] = {1, 0}, yes[] = {1};
 
+  CHECK(store.max_abs_reward() == 0);
   store.RecordStep(a, obs_a0, act_a, logp_a, val_a, /*version=*/3);
   CHECK(store.pending(a));
   store.RecordOutcome(a, rew_a, yes_no, no);  // env 0 of a terminated
@@ -36,6 +37,7 @@ TEST_CASE("groups record steps into their own columns and Take resets", "[store]
   store.RecordStep(b, obs_b0, act_b, logp_b, val_b, 4);
   store.RecordOutcome(b, rew_b, no, yes);  // env of b truncated
   store.AddReward(b, 0, 0.25f);            // truncation bootstrap
+  CHECK(store.max_abs_reward() == 2);      // as sent: the bootstrap's 0.25 not counted
   CHECK(store.steps(a) == 1);
   CHECK_FALSE(store.all_full());
 
@@ -68,6 +70,11 @@ TEST_CASE("groups record steps into their own columns and Take resets", "[store]
   CHECK(lag.avg == Approx((2 + 2 + 1 + 1 + 1 + 1) / 6.0));
   CHECK(store.steps(a) == 0);
   CHECK_FALSE(store.all_full());
+  // The largest |reward| is the run's, kept across rollouts.
+  CHECK(store.max_abs_reward() == 2);
+  const float negative[] = {-3, 0.5f};
+  StepWithoutEnding(store, a, obs_a0, act_a, logp_a, val_a, negative, 6);
+  CHECK(store.max_abs_reward() == 3);
 }
 
 TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {

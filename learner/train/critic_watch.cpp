@@ -35,6 +35,31 @@ std::optional<CriticWatch::Report> CriticWatch::Observe(int64_t update, const Pp
           kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance)};
 }
 
+std::optional<CriticWatch::Report> CriticWatch::ObserveScale(int64_t update, const PpoStats& stats,
+                                                            double max_abs_reward, double gamma) {
+  if (stats.cancelled || !(max_abs_reward > 0) || !std::isfinite(max_abs_reward) || !(gamma < 1) || gamma < 0)
+    return std::nullopt;
+  const double bound = max_abs_reward / (1 - gamma);
+  // A NaN or infinite spread is beyond any bound too.
+  if (!(stats.value_std <= bound)) {
+    ++unbounded_updates_;
+  } else {
+    unbounded_updates_ = 0;
+  }
+  if (unbounded_updates_ < kUpdates || unbounded_reported_) return std::nullopt;
+  unbounded_reported_ = true;
+  return Report{
+      true,
+      fmt::format(
+          "the critic's values are diverging: for {} updates in a row their spread exceeded any return the run's "
+          "rewards allow (update {}: value_std {:.3g}, return_std {:.3g}, against max |reward| {:.3g} / (1 - gamma "
+          "{:g}) = {:.3g}). Most likely the critic feeds its own values back through bootstrapped targets: an "
+          "episode's last observation (the time limit's bootstrap, ppo.bootstrap_truncated) or an agent's that "
+          "drifts to states it never trained on. Try ppo.bootstrap_truncated: false, ppo.value_norm: running or a "
+          "lower ppo.lr (docs/PERFORMANCE.md, \"PettingZoo's MPE\")",
+          kUpdates, update, stats.value_std, stats.return_std, max_abs_reward, gamma, bound)};
+}
+
 std::optional<double> RolloutCriticSaturation(ActorCriticImpl& policy, const Rollout& rollout, int64_t max_rows) {
   const torch::Tensor& input = policy.has_global_state() ? rollout.states : rollout.obs;
   if (!input.defined() || input.dim() < 2 || input.size(0) * input.size(1) == 0 || max_rows <= 0) return std::nullopt;

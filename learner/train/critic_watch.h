@@ -12,6 +12,13 @@
 // been constant for kUpdates updates in a row while the returns varied, and another when it varies again
 // (kVaryingSpread).
 //
+// The opposite failure: a critic whose values grow without bound, update after update. Seen on MPE's simple_tag
+// with the truncation bootstrap (docs/PERFORMANCE.md, "PettingZoo's MPE"): the agents drift without limit, each
+// episode's last observation is a state the critic never trained on, and the bootstrap fed its extrapolation back
+// into its own targets; value_std grew from 0.5 to 2e9 over 375 updates while the explained variance stayed near
+// 0.9 (the critic fits targets made of its own values). ObserveScale names it once the values' spread exceeds what
+// any return of the rewards recorded so far allows, max |reward| / (1 - gamma), for kUpdates updates in a row.
+//
 // RolloutCriticSaturation measures the other half of that story as it happens: the share of the critic's tanh
 // outputs at +-1 (ActorCriticImpl::CriticSaturation) on rows of an update's rollout, per update in metrics as
 // critic_saturation. On uav_coverage without value normalisation it ended at 0.62-0.71 (docs/PERFORMANCE.md).
@@ -57,6 +64,13 @@ class CriticWatch {
   // Updates in a row, up to the latest, whose values did not vary.
   int constant_updates() const { return constant_updates_; }
 
+  // The update `update`'s statistics against the largest |reward| recorded in the run so far (as the workers sent
+  // it: scaled when they normalise rewards, before any bootstrap is added) and the discount: a warning the first
+  // time value_std has exceeded max_abs_reward / (1 - gamma) for kUpdates updates in a row (no return of such
+  // rewards can be larger, so neither can the spread of correct values); nullopt otherwise, and always for a
+  // reward bound of 0, gamma >= 1 or a cancelled update. Said once per process (a resumed run may say it again).
+  std::optional<Report> ObserveScale(int64_t update, const PpoStats& stats, double max_abs_reward, double gamma);
+
   // What a checkpoint keeps of the watch (RunState's critic_watch), so that a resumed run goes on counting and
   // does not warn again of a collapse already reported.
   struct State {
@@ -70,6 +84,8 @@ class CriticWatch {
  private:
   int constant_updates_ = 0;
   std::optional<int64_t> reported_at_;  // the update whose warning was given, until the critic varies again
+  int unbounded_updates_ = 0;            // updates in a row whose value_std exceeded the rewards' bound
+  bool unbounded_reported_ = false;
 };
 
 }  // namespace farm

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -291,7 +292,10 @@ void TrajectoryStore::RecordOutcome(int group, const float* reward, const uint8_
   const int64_t t = g.steps;
   CopyRows(a.reward, 1, a.rows, t, g.col, g.rows, reward);
   float* done = a.done + t * a.rows + g.col;
-  for (int i = 0; i < g.rows; ++i) done[i] = (terminated[i] || truncated[i]) ? 1.0f : 0.0f;
+  for (int i = 0; i < g.rows; ++i) {
+    done[i] = (terminated[i] || truncated[i]) ? 1.0f : 0.0f;
+    max_abs_reward_ = std::max(max_abs_reward_, std::fabs(reward[i]));
+  }
   copy_.record_bytes += static_cast<int64_t>(sizeof(float)) * g.rows;
   g.pending = false;
   if (++g.steps == T_) ++full_groups_;

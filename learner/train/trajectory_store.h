@@ -147,6 +147,9 @@ class TrajectoryStore {
   };
   StepInputs NextStepInputs(int group, int ahead);
   void RecordOutcome(int group, const float* reward, const uint8_t* terminated, const uint8_t* truncated);
+  // The largest |reward| RecordOutcome has recorded since the store was made, as the workers sent it (AddReward's
+  // bonuses not counted); 0 before any. CriticWatch::ObserveScale bounds the values with it.
+  float max_abs_reward() const { return max_abs_reward_; }
   // Adds `bonus` to the reward of row `row` (within the group) at its last completed step.
   void AddReward(int group, int row, float bonus);
   void SetBootstrap(int group, const float* values);
@@ -217,6 +220,7 @@ class TrajectoryStore {
   int full_groups_ = 0;   // alive groups with T steps
   int alive_groups_ = 0;
   int64_t inactive_rows_ = 0;  // rows recorded as not acting since the last Take: the next rollout has `active`
+  float max_abs_reward_ = 0;
   CopyStats copy_;
 };
 
