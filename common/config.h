@@ -49,6 +49,12 @@ struct EnvConfig {
   // every frame the reset observation after a reset. 1: off. Normalisation applies to the stacked observation;
   // the global state is not stacked. farm-eval stacks alike; a serving client must stack the same way.
   int frame_stack = 1;
+  // Spread the envs over the course of their episodes (Sample Factory's decorrelation): each env's first episode
+  // (and its first after a worker's restart) is truncated after a uniformly random number of steps up to the
+  // env's time limit, so a rollout holds every stretch of the episodes instead of the same one of each. The cut
+  // episodes are truncations (bootstrapped with ppo.bootstrap_truncated) and are not reported in the episode
+  // statistics. C++ envs with a time limit only (refused at start otherwise); farm-eval never cuts.
+  bool decorrelate_episodes = false;
   // A Python env (docs/ENVIRONMENTS.md, "Python environments"): MODULE:FACTORY, MODULE an importable module or
   // a path to a .py file (a relative one is looked for in the worker's directory, beside the config file, then
   // in the checkout), FACTORY() one env. Set, farm-worker
@@ -78,6 +84,7 @@ struct EnvConfig {
     v("obs_clip", obs_clip, Rule::Positive());
     v("reward_clip", reward_clip, Rule::Positive());
     v("frame_stack", frame_stack, Rule::Between(1, 64));  // kMaxFrameStack in worker/env_group.h
+    v("decorrelate_episodes", decorrelate_episodes);
   }
 };
 

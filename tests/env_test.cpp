@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -553,6 +554,64 @@ TEST_CASE("EnvGroup: time limit truncates, keeps final obs, resets and counts", 
     CHECK(group->terminated()[i] == 0);
     CHECK(group->obs()[i * 2] == 0.0f);
   }
+}
+
+TEST_CASE("EnvGroup: DecorrelateEpisodes cuts each first episode at a seeded random length", "[env][group]") {
+  constexpr int kN = 64;
+  auto group = MakeGroup("TestControlled-v0", {}, kN, 0);
+  std::vector<float> actions(kN * 2, 0.0f);  // no env terminates, reward 0
+  // Steps until every env has ended one episode: each one's length, truncation and cut flag.
+  const auto first_episodes = [&](int terminate_env = -1) {
+    std::vector<EpisodeStat> first(kN);
+    std::vector<uint8_t> seen(kN, 0), truncated(kN, 0);
+    for (int t = 1; t <= kTestTimeLimit; ++t) {
+      for (int i = 0; i < kN; ++i) actions[i * 2] = (i == terminate_env && t == 1) ? 1.0f : 0.0f;
+      group->Step(nullptr, actions.data());
+      std::size_t next = 0;
+      for (int i = 0; i < kN; ++i) {
+        if (!(group->terminated()[i] || group->truncated()[i])) continue;
+        const EpisodeStat ep = group->finished().at(next++);
+        if (seen[i]) continue;
+        seen[i] = 1;
+        first[i] = ep;
+        truncated[i] = group->truncated()[i];
+      }
+      CHECK(next == group->finished().size());
+    }
+    for (int i = 0; i < kN; ++i) REQUIRE(seen[i]);
+    return std::make_pair(first, truncated);
+  };
+  REQUIRE(group->DecorrelateEpisodes(11));
+  const auto [cut, cut_truncated] = first_episodes();
+  std::set<int32_t> lengths;
+  for (int i = 0; i < kN; ++i) {
+    INFO("env " << i << " length " << cut[i].length);
+    CHECK(cut[i].length >= 1);
+    CHECK(cut[i].length <= kTestTimeLimit);
+    CHECK(cut_truncated[i] == 1);                             // a cut is a truncation, as the time limit's
+    CHECK(cut[i].cut == (cut[i].length < kTestTimeLimit));  // a draw of the limit itself is no cut
+    lengths.insert(cut[i].length);
+  }
+  CHECK(lengths.size() == static_cast<std::size_t>(kTestTimeLimit));  // 64 draws reach every length of 1..5
+  // The episodes after the cut run to the limit.
+  group->Reset();
+  const auto [full, full_truncated] = first_episodes();
+  for (int i = 0; i < kN; ++i) CHECK((full[i].length == kTestTimeLimit && !full[i].cut && full_truncated[i]));
+  // The same seed draws the same cuts; an env that terminates before its cut ends a whole episode (not cut).
+  group->Reset();
+  REQUIRE(group->DecorrelateEpisodes(11));
+  const auto [again, again_truncated] = first_episodes(/*terminate_env=*/0);
+  CHECK((again[0].length == 1 && !again[0].cut && !again_truncated[0]));
+  for (int i = 1; i < kN; ++i) CHECK((again[i].length == cut[i].length && again[i].cut == cut[i].cut));
+  group->Reset();
+  REQUIRE(group->DecorrelateEpisodes(12));
+  const auto other = first_episodes().first;
+  int differ = 0;
+  for (int i = 0; i < kN; ++i) differ += other[i].length != cut[i].length ? 1 : 0;
+  CHECK(differ > 0);
+  // An env without a time limit has nothing to cut.
+  auto unlimited = MakeGroup("Debug-v0", {}, 2, 0);
+  CHECK_FALSE(unlimited->DecorrelateEpisodes(11));
 }
 
 TEST_CASE("EnvGroup: balanced CartPole-v1 is truncated at 500 steps", "[env][group][cartpole]") {

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -638,6 +639,70 @@ TEST_CASE("WorkerClient: a multi-agent Hello and requests that pass the learner'
   CHECK(run_status.ok());
   // Every reply, sent before Stop, stepped one group of 2 envs: env steps, not agent rows.
   CHECK(client->stats().env_steps == 2 * replies);
+}
+
+TEST_CASE("WorkerClient: env.decorrelate_episodes cuts each env's first episode and reports only whole ones",
+          "[multi_agent][worker]") {
+  testing::StandInLearner learner;
+  FarmConfig config;
+  config.seed = 5;
+  config.env.name = "uav_coverage";
+  config.env.num_envs = 16;
+  config.env.num_groups = 1;  // 16 envs x 2 agents = 32 rows
+  config.env.decorrelate_episodes = true;
+  constexpr int kLimit = 6;
+  config.env.options = {{"agents", 2}, {"grid", 6}, {"obstacles", 2}, {"window", 3}, {"max_steps", kLimit}};
+  learner.StartWorker(config);
+  std::string identity;
+  wire::Envelope in;
+  const Handshake hs = learner.AcceptHello(&identity);
+  REQUIRE(hs.group_rows == 32);
+
+  // Serve "stay" for 2 * kLimit steps: each env's first episode ends (truncated) at its cut, the next kLimit steps
+  // later; only episodes of kLimit steps are reported.
+  std::vector<std::vector<uint64_t>> ends(16);  // per env: the seqs of the requests that said it was truncated
+  int64_t reported = 0;
+  std::vector<uint64_t> next_seq(1, 0);
+  for (int step = 0; step <= 2 * kLimit; ++step) {
+    learner.ReceiveSkippingHeartbeats(&identity, &in);
+    REQUIRE(in.has_step());
+    const wire::StepRequest& req = in.step();
+    REQUIRE(CheckStepRequest(req, hs.group_rows, hs.observation.shape, next_seq).ok());
+    ++next_seq[0];
+    for (int i = 0; i < req.final_obs_index_size(); i += 2) ends[req.final_obs_index(i) / 2].push_back(req.seq());
+    for (const auto& ep : req.episodes()) CHECK(ep.length() == kLimit);
+    reported += req.episodes_size();
+    wire::Envelope reply;
+    auto* action = reply.mutable_action();
+    action->set_seq(req.seq());
+    const std::vector<int64_t> stay(32, 0);
+    SetTensor(action->mutable_action(), DType::kInt64, {32}, stay.data(), stay.size() * sizeof(int64_t));
+    learner.Send(identity, reply);
+  }
+  CHECK(learner.StopAndJoin(identity).ok());
+  std::set<uint64_t> first_ends;
+  int64_t whole = 0;
+  for (const auto& e : ends) {
+    REQUIRE(!e.empty());
+    CHECK(e[0] >= 1);
+    CHECK(e[0] <= kLimit);
+    first_ends.insert(e[0]);
+    whole += e[0] == kLimit ? 1 : 0;  // a draw of the limit itself: a whole episode
+    for (std::size_t k = 1; k < e.size(); ++k) CHECK(e[k] == e[k - 1] + kLimit);
+    whole += static_cast<int64_t>(e.size()) - 1;
+  }
+  CHECK(first_ends.size() >= 3);  // spread over the episode, not all at the limit
+  CHECK(reported == whole);
+
+  // An env without a time limit has nothing to cut: refused at start, naming the key.
+  FarmConfig unlimited;
+  unlimited.env.name = "Debug-v0";
+  unlimited.env.num_envs = 2;
+  unlimited.env.num_groups = 1;
+  unlimited.env.decorrelate_episodes = true;
+  std::unique_ptr<WorkerClient> client;
+  const Status refused = WorkerClient::Create(unlimited, 0, learner.endpoint(), &client);
+  CHECK_THAT(refused.message(), Catch::Contains("env.decorrelate_episodes") && Catch::Contains("no time limit"));
 }
 
 TEST_CASE("WorkerClient: StepRequest.active is sent only while some agent has finished early",

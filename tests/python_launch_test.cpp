@@ -61,6 +61,12 @@ TEST_CASE("env.python: the Python worker gets the config's envs, groups, seed, i
   const Status unchosen = PythonWorkerArgv(c, 5, "tcp://10.0.0.1:5555", "", {}, &argv);
   REQUIRE_FALSE(unchosen.ok());
   CHECK_THAT(unchosen.message(), Catch::Contains("env.python_interpreter"));
+  // The Python worker does not cut episodes: refused by name rather than ignored.
+  c.env.python_interpreter = "/opt/venv/bin/python";
+  c.env.decorrelate_episodes = true;
+  const Status cut = PythonWorkerArgv(c, 5, "tcp://10.0.0.1:5555", "", {}, &argv);
+  REQUIRE_FALSE(cut.ok());
+  CHECK_THAT(cut.message(), Catch::Contains("env.decorrelate_episodes") && Catch::Contains("env.python"));
 }
 
 TEST_CASE("env.python: normalisation settings and CURVE keys travel, missing worker keys are refused by name") {

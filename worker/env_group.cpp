@@ -182,6 +182,7 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
   group->ended_.assign(n, 0);
   group->team_reward_.assign(n, 0.0f);
   group->episode_length_.assign(n, 0);
+  group->episode_limit_.assign(n, 0);
   group->episode_return_.assign(n, 0.0);
   // At most every env finishes in one Step: reserving that much now keeps Step
   // free of allocations.
@@ -263,8 +264,22 @@ void EnvGroup::Reset() {
   std::fill(ended_.begin(), ended_.end(), 0);
   std::fill(team_reward_.begin(), team_reward_.end(), 0.0f);
   std::fill(episode_length_.begin(), episode_length_.end(), 0);
+  std::fill(episode_limit_.begin(), episode_limit_.end(), 0);
   std::fill(episode_return_.begin(), episode_return_.end(), 0.0);
   for (int e = 0; e < size(); ++e) ResetEnv(e);
+}
+
+bool EnvGroup::DecorrelateEpisodes(uint64_t seed) {
+  const int max_steps = spec_.max_episode_steps;
+  if (max_steps <= 0) return false;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> steps(1, max_steps);
+  for (int e = 0; e < size(); ++e) {
+    const int32_t limit = steps(rng);
+    // A draw at or below the steps already taken ends the episode at the next step.
+    episode_limit_[e] = limit < max_steps ? std::max(limit, episode_length_[e] + 1) : 0;
+  }
+  return true;
 }
 
 void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_actions) {
@@ -336,7 +351,8 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     // Gymnasium's TimeLimit: truncation only when the env did not terminate on
     // the same step, so the learner never bootstraps past a real terminal.
     const bool terminated = res.terminated || all_done;
-    const bool truncated = !terminated && max_steps > 0 && length >= max_steps;
+    const int limit = episode_limit_[e] > 0 ? episode_limit_[e] : max_steps;
+    const bool truncated = !terminated && limit > 0 && length >= limit;
     const bool ended = terminated || truncated;
     ended_[e] = ended;
     if (done == nullptr) {
@@ -363,7 +379,8 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
       }
     }
     if (ended) {
-      finished_.push_back(EpisodeStat{static_cast<float>(episode_return_[e]), length});
+      finished_.push_back(EpisodeStat{static_cast<float>(episode_return_[e]), length, truncated && episode_limit_[e] > 0});
+      episode_limit_[e] = 0;
       // A truncated episode's value is bootstrapped from its last observation
       // (and state), which the reset below overwrites: keep a copy per row
       // (stacked, so the value is of the observation the policy would see).

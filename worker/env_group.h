@@ -42,6 +42,9 @@ struct EnvGroupLayout {
 struct EpisodeStat {
   float episode_return = 0;
   int32_t length = 0;
+  // A first episode cut short by DecorrelateEpisodes: its return understates the policy's, so the worker does
+  // not report it.
+  bool cut = false;
 };
 
 // Rows: an env with num_agents agents has that many rows, env-major: agent a
@@ -85,6 +88,15 @@ class EnvGroup {
   // multi-discrete: rows() x K int64; box: rows() x action numel floats). Finished envs are reset at once: obs()
   // holds their new first observation.
   void Step(const int64_t* discrete_actions, const float* continuous_actions);
+
+  // Spreads the envs over the course of their episodes (Sample Factory's decorrelation of experience): each
+  // env's current episode is truncated, as by the time limit, after a uniformly random number of steps in
+  // [1, max_episode_steps] drawn from `seed`; the episodes after it run to the limit. Without it every env of a
+  // run starts together, so each rollout holds the same stretch of every episode (the start, the middle or the
+  // end). Its finished() entry has `cut` set when the cut ended it (not a termination before it). The worker calls it after
+  // each Reset (with env.decorrelate_episodes); a Reset ends the cuts. False, doing nothing, for an env without
+  // a time limit (max_episode_steps 0).
+  bool DecorrelateEpisodes(uint64_t seed);
 
   // [rows, obs...] in spec().observation's shape (stacked frames with frame_stack > 1).
   const float* obs() const { return frame_stack_ > 1 ? stacked_.data() : frames_.data(); }
@@ -164,6 +176,7 @@ class EnvGroup {
   std::vector<float> final_global_state_;
   std::vector<EpisodeStat> finished_;
   std::vector<int32_t> episode_length_;  // per env
+  std::vector<int32_t> episode_limit_;   // per env: the current episode's cut (DecorrelateEpisodes); 0: none
   std::vector<double> episode_return_;   // per env
 };
 

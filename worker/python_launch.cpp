@@ -69,6 +69,10 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
                           "importing it from Python's own path (set env.python_found to the folder that holds it)",
                           module, fmt::join(places, ", "));
   }
+  if (env.decorrelate_episodes)
+    return Status::InvalidArgument(
+        "env.decorrelate_episodes: the Python worker does not cut episodes (a Python env's time limit is its own); "
+        "set it false for env.python");
   if (env.python_interpreter.empty())
     return Status::InvalidArgument(
         "env.python_interpreter: no interpreter chosen (empty means automatic: ChoosePythonInterpreter's choice "

@@ -55,6 +55,11 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
     // checks the same at Hello.
     EnvGroupLayout layout;
     if (auto s = EnvGroup::Layout(config.env, group_size, &layout); !s.ok()) return s;
+    if (config.env.decorrelate_episodes && layout.env_spec.max_episode_steps <= 0)
+      return Status::InvalidArgument(fmt::format(
+          "env.decorrelate_episodes: env {} has no time limit (max_episode_steps 0), so there is no episode length "
+          "to cut at random; set it false",
+          config.env.name));
     const NormalizerOptions normalizer_options = NormalizerOptions::FromConfig(config);
     const int64_t group_rows = layout.rows;  // envs x agents: the rows of every request
     const int64_t largest =
@@ -84,6 +89,7 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
       const uint64_t seed = MixSeed(config.seed, static_cast<uint64_t>(index) * 1000 + g);
       if (auto s = EnvGroup::Create(config.env, group_size, seed, &group); !s.ok()) return s;
       w->groups_.push_back(std::move(group));
+      w->group_seeds_.push_back(seed);
     }
     if (normalizer_options.any()) {
       building = fmt::format("the normaliser's buffers ({} groups of {} rows, {})", config.env.num_groups, group_rows,
@@ -192,11 +198,12 @@ void WorkerClient::SendStep(int g, bool first) {
       }
     }
     for (const auto& ep : group.finished()) {
+      if (ep.cut) continue;  // a first episode cut short (env.decorrelate_episodes): its return is not the policy's
       auto* e = req->add_episodes();
       e->set_episode_return(ep.episode_return);
       e->set_length(ep.length);
     }
-    stats_.episodes += static_cast<int64_t>(group.finished().size());
+    for (const auto& ep : group.finished()) stats_.episodes += ep.cut ? 0 : 1;
     // Once per rollout (ppo.rollout_length requests) per group, at the request that completes the group's
     // part of it: this worker's statistics since its last delta. The reply brings the run's merged ones,
     // which in sync mode hold every worker's delta of that rollout.
@@ -287,6 +294,9 @@ void WorkerClient::StartGroups() {
     next_seq_[g] = 0;
     waiting_[g] = 0;
     groups_[g]->Reset();
+    // A new draw per start (connection_ counts the restarts), from the group's own seed.
+    if (config_.env.decorrelate_episodes)
+      groups_[g]->DecorrelateEpisodes(MixSeed(group_seeds_[g], static_cast<uint64_t>(connection_) + 1));
     if (normalizer_) normalizer_->OnReset(static_cast<int>(g), *groups_[g]);
     SendStep(static_cast<int>(g), /*first=*/true);
   }

@@ -73,6 +73,7 @@ class WorkerClient {
   zmq::context_t ctx_{1};
   WatchedDealer dealer_;  // the DEALER and its connection events (a refused CURVE key, ...)
   std::vector<std::unique_ptr<EnvGroup>> groups_;
+  std::vector<uint64_t> group_seeds_;  // per group: the seed its envs were made with
   std::unique_ptr<Normalizer> normalizer_;  // null without normalisation; sends obs/rewards from its buffers
   std::vector<int64_t> obs_shape_;  // [group size, obs...] of every request
   std::vector<uint64_t> next_seq_;  // per group: seq of the next request
