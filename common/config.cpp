@@ -326,6 +326,11 @@ Status ValidateConfig(const FarmConfig& c) {
         "env.num_envs ({}) must be a multiple of env.num_groups ({})", c.env.num_envs, c.env.num_groups));
   if (c.stop_at_target && !c.target_return)
     return Status::InvalidArgument("stop_at_target is true but target_return is not set");
+  if (c.learner.eval_episodes > 0 && c.env.decorrelate_episodes)
+    return Status::InvalidArgument(fmt::format(
+        "learner.eval_episodes ({}) counts whole episodes, but env.decorrelate_episodes cuts the first ones short and "
+        "leaves them unreported: set env.decorrelate_episodes=false to evaluate",
+        c.learner.eval_episodes));
   if (c.learner.eval_episodes > 0 && c.learner.train)
     return Status::InvalidArgument(fmt::format(
         "learner.eval_episodes ({}) evaluates a served policy: it needs learner.train=false (farm-learner --serve)",

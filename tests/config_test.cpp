@@ -189,6 +189,10 @@ TEST_CASE("cross-key validation", "[config]") {
   CHECK_THAT(eval_train.message(), Catch::Contains("learner.eval_episodes (20)") && Catch::Contains("learner.train=false"));
   ev.learner.train = false;
   CHECK(farm::ValidateConfig(ev).ok());
+  ev.env.decorrelate_episodes = true;  // its cut episodes go unreported: evaluation would miscount
+  const auto eval_cut = farm::ValidateConfig(ev);
+  REQUIRE_FALSE(eval_cut.ok());
+  CHECK_THAT(eval_cut.message(), Catch::Contains("env.decorrelate_episodes=false") && Catch::Contains("eval_episodes"));
   FarmConfig e;
   REQUIRE(Parse("learner:\n  device: tpu\n", &e).ok());
   auto dev = farm::ValidateConfig(e);

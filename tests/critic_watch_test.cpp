@@ -110,12 +110,11 @@ TEST_CASE("the watch warns once when the values' spread exceeds any return the r
   // Rewards of at most 2 with gamma 0.9: no return exceeds 2 / (1 - 0.9) = 20.
   CriticWatch watch;
   int64_t update = 0;
-  // At the bound, and no rewards or gamma 1 (no bound): nothing, and no count.
-  for (int i = 0; i < 2 * CriticWatch::kUpdates; ++i) {
-    CHECK_FALSE(watch.ObserveScale(++update, Fit(19.9, 25.0), 2.0, 0.9));
-    CHECK_FALSE(watch.ObserveScale(++update, Fit(1e6, 1e6), 0.0, 0.9));
-    CHECK_FALSE(watch.ObserveScale(++update, Fit(1e6, 1e6), 2.0, 1.0));
-  }
+  // At the bound itself, and without one (no rewards yet, gamma 1): nothing, however long.
+  constexpr int kMany = 2 * CriticWatch::kUpdates;
+  for (int i = 0; i < kMany; ++i) CHECK_FALSE(watch.ObserveScale(++update, Fit(20.0, 25.0), 2.0, 0.9));
+  for (int i = 0; i < kMany; ++i) CHECK_FALSE(watch.ObserveScale(++update, Fit(1e6, 1e6), 0.0, 0.9));
+  for (int i = 0; i < kMany; ++i) CHECK_FALSE(watch.ObserveScale(++update, Fit(1e6, 1e6), 2.0, 1.0));
   // Beyond it for kUpdates - 1 updates, then within: the count starts again.
   for (int i = 1; i < CriticWatch::kUpdates; ++i) CHECK_FALSE(watch.ObserveScale(++update, Fit(21, 25), 2.0, 0.9));
   CHECK_FALSE(watch.ObserveScale(++update, Fit(10, 25), 2.0, 0.9));

@@ -75,6 +75,8 @@ TEST_CASE("groups record steps into their own columns and Take resets", "[store]
   const float negative[] = {-3, 0.5f};
   StepWithoutEnding(store, a, obs_a0, act_a, logp_a, val_a, negative, 6);
   CHECK(store.max_abs_reward() == 3);
+  store.AddReward(a, 0, 10.0f);  // a bootstrap above every reward sent: not counted
+  CHECK(store.max_abs_reward() == 3);
 }
 
 TEST_CASE("a group added mid-rollout keeps the others' data", "[store]") {

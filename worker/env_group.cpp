@@ -275,9 +275,9 @@ bool EnvGroup::DecorrelateEpisodes(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> steps(1, max_steps);
   for (int e = 0; e < size(); ++e) {
-    const int32_t limit = steps(rng);
-    // A draw at or below the steps already taken ends the episode at the next step.
-    episode_limit_[e] = limit < max_steps ? std::max(limit, episode_length_[e] + 1) : 0;
+    // A draw at or below the steps already taken ends the episode at the next step; one at the limit is no cut.
+    const int32_t limit = std::max(steps(rng), episode_length_[e] + 1);
+    episode_limit_[e] = limit < max_steps ? limit : 0;
   }
   return true;
 }

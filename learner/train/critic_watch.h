@@ -18,6 +18,8 @@
 // into its own targets; value_std grew from 0.5 to 2e9 over 375 updates while the explained variance stayed near
 // 0.9 (the critic fits targets made of its own values). ObserveScale names it once the values' spread exceeds what
 // any return of the rewards recorded so far allows, max |reward| / (1 - gamma), for kUpdates updates in a row.
+// The largest reward is the store's, since the learner started: a resumed run whose critic learned of large rewards
+// that come rarely (none in its first kUpdates updates) could be warned without cause.
 //
 // RolloutCriticSaturation measures the other half of that story as it happens: the share of the critic's tanh
 // outputs at +-1 (ActorCriticImpl::CriticSaturation) on rows of an update's rollout, per update in metrics as
