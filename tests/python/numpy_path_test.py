@@ -458,6 +458,82 @@ expect_error(lambda: fw.pad_agents(TwoKinds(("d", "b"))), "different kinds", "al
 print("agents of different spaces, padded for one policy ok")
 
 
+# 4e. Several policies (farm_worker.policies): each policy's rows of a joint env, its own spaces and returns.
+from farm_worker.policies import MultiPolicyGroup, MultiPolicyWorker, PolicySpec, assign_agents  # noqa: E402
+import signals_env  # noqa: E402
+
+specs = [PolicySpec("talk", "tcp://127.0.0.1:1", ["speaker"]), PolicySpec("hear", "tcp://127.0.0.1:2", ["listener_*"])]
+assert assign_agents(["speaker", "listener_0", "listener_1"], specs) == [[0], [1, 2]]
+# The first policy that matches takes an agent; agent indices name the agents of an array-style env.
+assert assign_agents(["0", "1", "2"], [PolicySpec("a", "", ["1"]), PolicySpec("b", "", ["*"])]) == [[1], [0, 2]]
+expect_error(lambda: assign_agents(["speaker", "listener_0", "other"], specs), "'other' belongs to no policy",
+             "listener_*")
+expect_error(lambda: assign_agents(["speaker", "x"], [PolicySpec("a", "", ["*"]), PolicySpec("b", "", ["x"])]),
+             "policy 'b'", "matches none")
+expect_error(lambda: assign_agents(["a"], [PolicySpec("p", "", ["a"]), PolicySpec("p", "", ["a"])]), "must differ")
+expect_error(lambda: PolicySpec("bad name", "", ["a"]), "policy name 'bad name'")
+expect_error(lambda: PolicySpec("p", "", []), "names no agents")
+expect_error(lambda: MultiPolicyGroup([signals_env.make()], [PolicySpec("all", "", ["*"])]),
+             "policy 'all'", "'listener_0' has other spaces than agent 'speaker'")
+expect_error(lambda: MultiPolicyGroup([Counter()], specs), "multi-agent env", "single")
+
+envs = [signals_env.Signals(), signals_env.Signals(early=3)]
+g = MultiPolicyGroup(envs, specs)
+talk, hear = g.views
+assert (talk.num_agents, hear.num_agents, talk.rows, hear.rows) == (1, 2, 2, 4)
+assert talk.observation_space.shape == (3,) and hear.observation_space.shape == (2, 5)
+assert talk.action_space == fw.Discrete(3) and hear.action_space == fw.Discrete(5)
+assert talk.state_space.shape == hear.state_space.shape == (2,)
+g.reset(seed=[5, 6])
+assert talk.obs.shape == (2, 3) and hear.obs.shape == (4, 2, 5) and talk.state.shape == hear.state.shape == (2, 2)
+cue = lambda e: int(np.argmax(talk.obs[e]))
+target = lambda e, k: int(np.argmax(hear.obs[2 * e + k, 0]))
+returns = {"talk": [0.0, 0.0], "hear": [0.0, 0.0]}
+for t in range(10):
+    # The speakers right; listener_0 right, listener_1 wrong in env 0, both right in env 1.
+    ta = np.array([cue(0), cue(1)], np.int64)
+    ha = np.array([target(0, 0), (target(0, 1) + 1) % 5, target(1, 0), target(1, 1)], np.int64)
+    active_before = hear.active.copy()
+    info_t, info_h = g.step([ta, ha])
+    assert talk.reward.tolist() == [1.0, 1.0], (t, talk.reward)
+    want_h = [1.0, 0.0, 1.0, 1.0 if active_before[3] else 0.0]
+    assert hear.reward.tolist() == want_h, (t, hear.reward, want_h)
+    if t == 2:  # env 1's listener_1 finishes: its row alone is terminated and inactive from now on
+        assert hear.terminated.tolist() == [0, 0, 0, 1] and hear.active.tolist() == [1, 1, 1, 0]
+        assert talk.terminated.tolist() == [0, 0] and talk.active.tolist() == [1, 1]
+    if t == 5:
+        assert hear.terminated.tolist() == [0, 1, 0, 0] and hear.active.tolist() == [1, 0, 1, 0], hear.active
+    if t < 9:
+        assert not info_t["episodes"] and not info_h["final_obs_index"]
+# Step 10: every env truncated; every policy's rows flagged alike, final observations per policy, the state to both.
+assert talk.truncated.tolist() == [1, 1] and hear.truncated.tolist() == [1, 1, 1, 1] and hear.terminated.sum() == 0
+assert info_t["final_obs_index"] == [0, 1] and info_h["final_obs_index"] == [0, 1, 2, 3]
+assert info_t["final_obs"].shape == (2, 3) and info_h["final_obs"].shape == (4, 2, 5)
+assert info_t["final_state"].tolist() == info_h["final_state"].tolist() and info_t["final_state"][0][0] == 1.0
+# Returns: the speaker's own; the listeners' mean: env 0 (10 + 0) / 2, env 1 (10 + 3) / 2.
+assert info_t["episodes"] == [(10.0, 10), (10.0, 10)], info_t["episodes"]
+assert info_h["episodes"] == [(5.0, 10), (6.5, 10)], info_h["episodes"]
+assert hear.active.all() and talk.state[:, 0].tolist() == [0.0, 0.0]  # reset within the step
+# Actions reach the agents they are for: the speaker's 2 and the listeners' 4 and 3.
+seen = []
+class Spy(signals_env.Signals):
+    def step(self, actions):
+        seen.append(dict(actions))
+        return super().step(actions)
+h = MultiPolicyGroup([Spy()], specs)
+h.reset(seed=1)
+h.step([np.array([2], np.int64), np.array([4, 3], np.int64)])
+assert seen == [{"speaker": 2, "listener_0": 4, "listener_1": 3}], seen
+# The worker: one connection per policy over that policy's views, identities per policy.
+w = MultiPolicyWorker([signals_env.make] * 4, specs, num_groups=2, worker_id="w7")
+assert [c.identity for c in w.channels] == [b"w7-talk", b"w7-hear"]
+assert [c.groups[1] for c in w.channels] == w.groups[1].views and w.channels[1].groups[0].num_agents == 2
+assert w.channels[0].num_agents == 1 and w.channels[1].state_space.shape == (2,)
+assert w.channels[0].env_name == "signals_v0"
+w.close()
+print("several policies ok (rows, spaces, ends, returns, actions, worker connections)")
+
+
 # 4d. One team trained against opponents that act inside the env (farm_worker.play_against).
 class Duel:
     """adv_0 (3 actions) against good_0 and good_1 (2 actions each); observations [agent index, t]; each agent's reward

@@ -1,6 +1,7 @@
 """farm-worker-py (python -m farm_worker): the Python worker's command line.
 
     farm-worker-py --learner tcp://HOST:PORT --env-module MODULE:FACTORY --num-envs N
+    farm-worker-py --policy NAME tcp://HOST:PORT PATTERNS [--policy ...] --env-module MODULE:FACTORY ...
                    [--groups 2] [--seed S] [--index I] [--proto-dir DIR] [--no-numpy]
                    [--curve-worker-secret-key-file NAME.key --curve-learner-public-key-file LEARNER.pub]
                    [--normalize-obs] [--normalize-reward] [--obs-clip C] [--reward-clip C]
@@ -12,6 +13,9 @@ this worker's secret key and the learner's public key. The normalisation options
 learner's env.normalize_obs, env.normalize_reward, env.obs_clip, env.reward_clip, ppo.gamma, ppo.rollout_length
 and env.frame_stack; a learner whose settings differ refuses the worker at the handshake, naming each key.
 farm-worker starts this command itself for a config with env.python (docs/ENVIRONMENTS.md, "Python environments").
+With --policy (repeated, instead of --learner), each policy's agents (PATTERNS: comma-separated agent names or
+fnmatch patterns such as 'adversary_*'; agent indices for an env in the array style) are acted for and trained by
+the learner at its endpoint (farm_worker.policies, docs/ENVIRONMENTS.md, "Several policies").
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .errors import WorkerError
 from .normalizer import NormalizerOptions
+from .policies import MultiPolicyWorker, PolicySpec
 from .worker import PythonWorker
 
 
@@ -104,7 +109,11 @@ def _die_with_parent(launcher: int) -> bool:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     launcher = os.getppid()  # before anything can delay us: see _die_with_parent
     p = argparse.ArgumentParser(prog="farm-worker-py", description="Rollout Farm worker for Python (Gymnasium-style) environments")
-    p.add_argument("--learner", required=True, help="learner endpoint, e.g. tcp://127.0.0.1:5555")
+    learner = p.add_mutually_exclusive_group(required=True)
+    learner.add_argument("--learner", help="learner endpoint, e.g. tcp://127.0.0.1:5555")
+    learner.add_argument("--policy", nargs=3, action="append", metavar=("NAME", "ENDPOINT", "PATTERNS"),
+                         help="several policies: the agents PATTERNS (comma-separated names or patterns) are the "
+                              "policy NAME's, served by the learner at ENDPOINT (repeat for each policy)")
     p.add_argument("--env-module", required=True, metavar="MODULE:FACTORY",
                    help="FACTORY() returns one env; MODULE is a module name or a .py file")
     p.add_argument("--num-envs", type=int, default=8, help="envs in this worker (default 8)")
@@ -152,14 +161,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.sys_path:
             sys.path.insert(0, os.path.abspath(args.sys_path))
         factory = load_factory(args.env_module)
-        worker = PythonWorker([factory] * args.num_envs, args.learner, num_groups=args.groups,
-                              worker_id=args.worker_id, seed=args.seed, give_up_s=args.give_up_s,
-                              index=args.index, env_name=args.env_name, proto_dir=args.proto_dir,
-                              curve_worker_secret_key_file=args.curve_worker_secret_key_file,
-                              curve_learner_public_key_file=args.curve_learner_public_key_file,
-                              normalization=normalization, rollout_length=args.rollout_length,
-                              frame_stack=args.frame_stack, use_numpy=False if args.no_numpy else None,
-                              env_source=env_source(args.env_module))
+        if args.policy:
+            if args.frame_stack != 1 or args.no_numpy:
+                raise WorkerError("--policy: several policies step their envs on the numpy path without frame "
+                                  "stacking (drop --frame-stack and --no-numpy)")
+            specs = [PolicySpec(name, endpoint, patterns.split(",")) for name, endpoint, patterns in args.policy]
+            worker = MultiPolicyWorker([factory] * args.num_envs, specs, num_groups=args.groups,
+                                       worker_id=args.worker_id, seed=args.seed, give_up_s=args.give_up_s,
+                                       index=args.index, env_name=args.env_name, proto_dir=args.proto_dir,
+                                       curve_worker_secret_key_file=args.curve_worker_secret_key_file,
+                                       curve_learner_public_key_file=args.curve_learner_public_key_file,
+                                       normalization=normalization, rollout_length=args.rollout_length,
+                                       env_source=env_source(args.env_module))
+        else:
+                worker = PythonWorker([factory] * args.num_envs, args.learner, num_groups=args.groups,
+                                  worker_id=args.worker_id, seed=args.seed, give_up_s=args.give_up_s,
+                                  index=args.index, env_name=args.env_name, proto_dir=args.proto_dir,
+                                  curve_worker_secret_key_file=args.curve_worker_secret_key_file,
+                                  curve_learner_public_key_file=args.curve_learner_public_key_file,
+                                  normalization=normalization, rollout_length=args.rollout_length,
+                                  frame_stack=args.frame_stack, use_numpy=False if args.no_numpy else None,
+                                  env_source=env_source(args.env_module))
     except WorkerError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -173,8 +195,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rc = 0
     try:
         stats = worker.run()
-        print(f"{prog}: {worker.identity.decode(errors='replace')} done: {stats.env_steps} env steps, "
-              f"{stats.episodes} episodes ({stats.stop_reason})", file=sys.stderr)
+        if isinstance(worker, MultiPolicyWorker):
+            for c, (name, st) in zip(worker.channels, stats.items()):
+                print(f"{prog}: policy {name}: {c.identity.decode(errors='replace')} done: {st.env_steps} env steps, "
+                      f"{st.episodes} episodes ({st.stop_reason})", file=sys.stderr)
+        else:
+            print(f"{prog}: {worker.identity.decode(errors='replace')} done: {stats.env_steps} env steps, "
+                  f"{stats.episodes} episodes ({stats.stop_reason})", file=sys.stderr)
     except WorkerError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         rc = 1
@@ -186,9 +213,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         worker.close()
     if args.stats_file:
         with open(args.stats_file, "w") as f:
-            out = dict(worker.stats.as_dict(), index=args.index)
-            if worker.normalizer is not None:
-                out["normalizer"] = worker.normalizer.view_dict()  # the statistics it normalised with last
+            if isinstance(worker, MultiPolicyWorker):
+                out = {"index": args.index, "policies": {}}
+                for spec, c in zip(worker.policies, worker.channels):
+                    out["policies"][spec.name] = dict(c.stats.as_dict(), identity=c.identity.decode(errors="replace"))
+                    if c.normalizer is not None:
+                        out["policies"][spec.name]["normalizer"] = c.normalizer.view_dict()
+            else:
+                out = dict(worker.stats.as_dict(), index=args.index)
+                if worker.normalizer is not None:
+                    out["normalizer"] = worker.normalizer.view_dict()  # the statistics it normalised with last
             json.dump(out, f)
             f.write("\n")
     return rc

@@ -60,6 +60,36 @@ def _box_or_none(space, what: str) -> Optional[Box]:
     return s
 
 
+def step_ends(term: np.ndarray, trunc: np.ndarray, was_active: np.ndarray):
+    """One env's step, per agent: its terminated and truncated flags (bool [A], truncated without terminated) and
+    which agents acted on the observation it answers -> (terminated [A], truncated [A], active [A], env_end).
+
+    Flags on agents that had already finished are ignored. While some agent acts on, env_end is None: an agent
+    ending now alone is terminated on its row, or, truncated, flags nothing (the learner bootstraps from the last
+    observation the row keeps), and is inactive until the env ends. When every agent has finished the env ends:
+    env_end is "truncated" if an agent ending now was truncated, else "terminated", every row is flagged alike (the
+    learner keeps an env's agents together, final observations for whole envs) and every agent acts again after
+    the reset."""
+    ending = (term | trunc) & was_active
+    n = term.size
+    if (ending | ~was_active).all():
+        truncated = bool(trunc[ending].any())
+        return (np.full(n, not truncated), np.full(n, truncated), np.ones(n, bool),
+                "truncated" if truncated else "terminated")
+    return term & ending, np.zeros(n, bool), was_active & ~ending, None
+
+
+def agent_rewards(reward, was_active: np.ndarray, e: int):
+    """One env's step reward (a number for the team, or one per agent) -> (float32 [A] per agent, 0 where the agent
+    had finished; the team's reward as a float, or None when the rewards are per agent)."""
+    a = was_active.size
+    r = np.asarray(reward, np.float32).reshape(-1)
+    if r.size not in (1, a):
+        raise WorkerError(f"env {e}: reward has {r.size} values, expected 1 (the team's) or {a} (per agent)")
+    out = np.where(was_active, r if r.size == a else np.float32(r[0]), np.float32(0)).astype(np.float32)
+    return out, (float(r[0]) if r.size == 1 else None)
+
+
 class _Group:
     """Buffers and episode bookkeeping shared by every style."""
 
@@ -221,28 +251,34 @@ class ParallelEnvAdapter:
     it, as truncated if any agent was truncated on that step, else as terminated. The state is env.state() with
     env.state_space (no state without state_space)."""
 
-    def __init__(self, env):
+    def __init__(self, env, same_spaces: bool = True):
         self.env = env
         self.agents = list(env.possible_agents)
         if not self.agents:
             raise WorkerError("the PettingZoo env has no possible_agents")
         self.num_agents = len(self.agents)
-        self.observation_space = space_of(env, "observation_space", self.agents[0])
-        self.action_space = space_of(env, "action_space", self.agents[0])
-        for a in self.agents[1:]:
-            if space_of(env, "observation_space", a) != self.observation_space or \
-                    space_of(env, "action_space", a) != self.action_space:
+        # Each agent's own spaces; same_spaces=False (farm_worker.policies: agents of several policies) keeps them
+        # apart and observations as a list, one array per agent.
+        self.observation_spaces = [space_of(env, "observation_space", a) for a in self.agents]
+        self.action_spaces = [space_of(env, "action_space", a) for a in self.agents]
+        self.same_spaces = same_spaces
+        self.observation_space = self.observation_spaces[0]
+        self.action_space = self.action_spaces[0]
+        for i, a in enumerate(self.agents[1:], 1):
+            if same_spaces and (self.observation_spaces[i] != self.observation_space or
+                                self.action_spaces[i] != self.action_space):
                 raise WorkerError(f"agent {a!r} has other spaces than agent {self.agents[0]!r}: the farm's agents share "
                                   "one policy and need the same spaces; farm_worker.pad_agents(env) pads them to "
-                                  "one (observations zero-padded with an agent id, extra actions taken as the first)")
+                                  "one (observations zero-padded with an agent id, extra actions taken as the first), "
+                                  "or give each kind of agent a policy of its own (farm_worker.policies)")
         self.state_space = _box_or_none(getattr(env, "state_space", None), "state_space")
         self._last = None
         self._done: Dict[Any, bool] = {}
 
     def _obs(self, obs: Dict[Any, Any]):
-        for a in self.agents:
+        for i, a in enumerate(self.agents):
             if a in obs:
-                self._last[self.agents.index(a)] = np.asarray(obs[a], np.float32).reshape(self.observation_space.shape)
+                self._last[i] = np.asarray(obs[a], np.float32).reshape(self.observation_spaces[i].shape)
         return self._last
 
     def _state(self):
@@ -250,12 +286,13 @@ class ParallelEnvAdapter:
 
     def reset(self, seed=None):
         obs, _ = self.env.reset(seed=seed)
-        self._last = np.zeros((self.num_agents,) + self.observation_space.shape, np.float32)
+        self._last = (np.zeros((self.num_agents,) + self.observation_space.shape, np.float32) if self.same_spaces
+                      else [np.zeros(sp.shape, np.float32) for sp in self.observation_spaces])
         missing = [a for a in self.agents if a not in obs]
         if missing:
             raise WorkerError(f"the PettingZoo env's reset gave no observation for agents {missing}")
         self._done = {a: False for a in self.agents}
-        return self._obs(obs).copy(), self._state()
+        return self._copy(self._obs(obs)), self._state()
 
     def step(self, actions):
         live = {a: (int(actions[i]) if np.ndim(actions[i]) == 0 else actions[i])
@@ -280,7 +317,10 @@ class ParallelEnvAdapter:
                 (truncated if truncated.any() else terminated)[live_now] = True
                 for i in live_now:
                     self._done[self.agents[i]] = True
-        return self._obs(obs).copy(), self._state(), reward, terminated, truncated, infos
+        return self._copy(self._obs(obs)), self._state(), reward, terminated, truncated, infos
+
+    def _copy(self, last):
+        return last.copy() if self.same_spaces else [x.copy() for x in last]
 
     def close(self):
         close = getattr(self.env, "close", None)
@@ -352,31 +392,14 @@ class ArrayGroup(_Group):
             term = self._agent_flags(terminated, i, "terminated")
             trunc = self._agent_flags(truncated, i, "truncated") & ~term  # as Gymnasium's TimeLimit, per agent
             was_active = self.active[rows].astype(bool)  # acted on the observation this step answers
-            ending = (term | trunc) & was_active  # this step's ends (flags on agents already finished are ignored)
-            r = np.asarray(reward, np.float32)
-            if r.size not in (1, a):
-                raise WorkerError(f"env {i}: reward has {r.size} values, expected 1 (the team's) or {a} (per agent)")
-            self.reward[rows] = r.reshape(-1)
-            self.reward[rows][~was_active] = 0.0  # an agent that had finished gets nothing
+            self.reward[rows], team = agent_rewards(reward, was_active, i)
             # The team's reward, or the mean over the agents (those that had finished count 0).
-            self.env_reward[i] = float(r.reshape(-1)[0]) if r.size == 1 else float(
-                self.reward[rows].mean(dtype=np.float64))
-            env_over = bool((ending | ~was_active).all())  # every agent has finished: the env ends
-            if env_over:
-                # Every row flagged alike (the learner keeps an env's agents together, final observations for
-                # whole envs): truncated if an agent ending now was truncated, else a team termination.
-                truncated = bool(trunc[ending].any())
-                terminated = not truncated
-                self.terminated[rows] = terminated
-                self.truncated[rows] = truncated
-                self.active[rows] = 1  # the reset below starts an episode in which every agent acts
-            else:
-                terminated = truncated = False
-                # An agent's own end: terminated on its row alone; truncated alone, no flag (the learner
-                # bootstraps from the observation the row keeps). Inactive from now until the env ends.
-                self.terminated[rows] = term & ending
-                self.truncated[rows] = 0
-                self.active[rows] = was_active & ~ending
+            self.env_reward[i] = team if team is not None else float(self.reward[rows].mean(dtype=np.float64))
+            row_term, row_trunc, active, env_end = step_ends(term, trunc, was_active)
+            self.terminated[rows] = row_term
+            self.truncated[rows] = row_trunc
+            self.active[rows] = active
+            terminated, truncated = env_end == "terminated", env_end == "truncated"
             if terminated or truncated:
                 ended[i] = True
                 if truncated:

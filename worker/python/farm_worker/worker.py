@@ -119,7 +119,8 @@ class PythonWorker:
                  curve_worker_secret_key_file: Optional[str] = None,
                  curve_learner_public_key_file: Optional[str] = None,
                  normalization: Optional[NormalizerOptions] = None, rollout_length: Optional[int] = None,
-                 frame_stack: int = 1, use_numpy: Optional[bool] = None, env_source: str = ""):
+                 frame_stack: int = 1, use_numpy: Optional[bool] = None, env_source: str = "",
+                 groups: Optional[list] = None):
         check_endpoint(learner_endpoint)
         self.env_source = env_source
         self.pb = load_proto(proto_dir)
@@ -134,6 +135,9 @@ class PythonWorker:
             server = read_curve_key(curve_learner_public_key_file, "curve learner public key file")
             self._curve = (secret, self.zmq.curve_public(secret), server)
         env_fns = list(env_fns)
+        if groups is not None:  # farm_worker.policies: one policy's views of envs that others step
+            env_fns = [None] * len(groups)
+            num_groups = len(groups)
         if num_groups < 1 or not env_fns or len(env_fns) % num_groups != 0:
             raise WorkerError(f"num_envs ({len(env_fns)}) must be a positive multiple of num_groups ({num_groups})")
         if give_up_s <= 0:
@@ -157,7 +161,11 @@ class PythonWorker:
         self._connection = 0
         if not 1 <= int(frame_stack) <= MAX_FRAME_STACK:
             raise WorkerError(f"frame_stack must be a whole number from 1 to {MAX_FRAME_STACK}, got {frame_stack}")
-        self.groups = self._make_groups(env_fns, num_groups, use_numpy, int(frame_stack))
+        if groups is not None:
+            self.numpy = True
+            self.groups = list(groups)
+        else:
+            self.groups = self._make_groups(env_fns, num_groups, use_numpy, int(frame_stack))
         first = self.groups[0]
         for g in self.groups[1:]:
             if (g.observation_space != first.observation_space or g.action_space != first.action_space
@@ -364,16 +372,20 @@ class PythonWorker:
                     self._send(beat)
                     self._last_heartbeat = time.monotonic()
                 continue
-            data = self._sock.recv(copy=True)
-            env = self.pb.Envelope()
-            try:
-                env.ParseFromString(data)
-            except Exception as e:  # google.protobuf.message.DecodeError
-                raise ProtocolError(f"cannot parse a {len(data)}-byte message as farm.wire.Envelope: {e}") from e
-            if env.WhichOneof("body") is None:
-                raise ProtocolError("message has no body (unknown message type or empty envelope)")
-            return env
+            return self._read()
         return None
+
+    def _read(self):
+        """The Envelope waiting on the socket, parsed and checked."""
+        data = self._sock.recv(copy=True)
+        env = self.pb.Envelope()
+        try:
+            env.ParseFromString(data)
+        except Exception as e:  # google.protobuf.message.DecodeError
+            raise ProtocolError(f"cannot parse a {len(data)}-byte message as farm.wire.Envelope: {e}") from e
+        if env.WhichOneof("body") is None:
+            raise ProtocolError("message has no body (unknown message type or empty envelope)")
+        return env
 
     def request_stop(self) -> None:
         """Makes run() return soon (from another thread or a signal handler)."""
@@ -450,6 +462,14 @@ class PythonWorker:
         """A fresh socket under a new identity and a new handshake, with exponential backoff, until give_up_s
         (as farm-worker); then the episodes start over, since the learner kept nothing of them. False when the
         learner said Stop or a stop was requested meanwhile."""
+        if not self._redial(why):
+            return False
+        self._start_groups(seeded=False)
+        return True
+
+    def _redial(self, why: str) -> bool:
+        """_reconnect's new socket, identity and handshake (with backoff until give_up_s), without restarting the
+        groups."""
         _log.warning("%s: the learner at %s %s; reconnecting", self.identity.decode(errors="replace"),
                      self.endpoint, why)
         deadline = time.monotonic() + self.give_up_s
@@ -473,7 +493,6 @@ class PythonWorker:
                 continue
             self.stats.reconnects += 1
             _log.warning("%s: reconnected to %s", self.identity.decode(errors="replace"), self.endpoint)
-            self._start_groups(seeded=False)
             return True
         if self._stop_requested:
             self.stats.stop_reason = "stop requested"
@@ -573,6 +592,11 @@ class PythonWorker:
         return actions.astype(np.float32)
 
     def _on_action(self, reply) -> None:
+        g, actions = self._take_action(reply)
+        self._step_group(g, actions)
+
+    def _take_action(self, reply):
+        """The reply checked against what this worker waits for, its statistics applied: (group, decoded actions)."""
         g = reply.group
         if g >= len(self.groups) or not self._waiting[g] or reply.seq + 1 != self._next_seq[g]:
             raise ProtocolError(f"unexpected ActionReply for group {g} seq {reply.seq}")
@@ -585,9 +609,15 @@ class PythonWorker:
         if len(self.stats.round_trip_us) < _MAX_ROUND_TRIP_SAMPLES:
             self.stats.round_trip_us.append((time.perf_counter() - self._sent_at[g]) * 1e6)
         self.stats.policy_version = reply.policy_version
+        return g, self._decode_actions(self.groups[g], reply.action)
+
+    def _step_group(self, g: int, actions) -> None:
+        _, _, _, _, info = self.groups[g].step(actions)
+        self._after_step(g, info)
+
+    def _after_step(self, g: int, info: dict) -> None:
+        """Group g has stepped: normalise, count, and send its next request."""
         group = self.groups[g]
-        actions = self._decode_actions(group, reply.action)
-        _, _, _, _, info = group.step(actions)
         if self.normalizer is not None:
             self.normalizer.on_step(g, group, info["final_obs"])
         self.stats.env_steps += group.num_envs
