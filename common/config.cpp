@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -255,6 +256,63 @@ YAML::Node OverrideNode(const std::string& text) {
   return node;
 }
 
+// With a core (ppo.core gru or lstm), kCoreDefaults for the keys the config did not give.
+void ApplyCoreDefaults(FarmConfig* out) {
+  if (out->ppo.core == "none") return;
+  const auto given = [&](const char* key) {
+    return std::find(out->given.begin(), out->given.end(), key) != out->given.end();
+  };
+  if (!given("ppo.rollout_length")) out->ppo.rollout_length = kCoreDefaults.rollout_length;
+  if (!given("ppo.lr")) out->ppo.lr = kCoreDefaults.lr;
+}
+
+// The checks of a `policies:` list (each policy's own config is checked by PolicyRunConfig).
+Status ValidatePolicies(const FarmConfig& c) {
+  if (c.policies.empty()) return Status::Ok();
+  if (c.env.python.empty())
+    return Status::InvalidArgument(
+        "policies: several policies need a Python env (env.python): the Python worker maps each agent to its "
+        "policy; the C++ worker steps one policy's agents");
+  if (c.env.frame_stack != 1)
+    return Status::InvalidArgument(fmt::format(
+        "policies: several policies cannot stack frames (env.frame_stack is {}); set env.frame_stack=1",
+        c.env.frame_stack));
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < c.policies.size(); ++i) {
+    const auto& p = c.policies[i];
+    const bool good = !p.name.empty() && std::all_of(p.name.begin(), p.name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+    }) && p.name != "." && p.name != "..";
+    if (!good)
+      return Status::InvalidArgument(fmt::format(
+          "policies[{}].name: expected letters, digits, '_', '-' or '.' (it names the policy's run directory), "
+          "got '{}'",
+          i, p.name));
+    if (std::find(names.begin(), names.end(), p.name) != names.end())
+      return Status::InvalidArgument(fmt::format("policies[{}].name: '{}' is given twice; expected each once", i,
+                                                 p.name));
+    names.push_back(p.name);
+    if (p.agents.empty() || std::any_of(p.agents.begin(), p.agents.end(), [](const std::string& a) {
+          return a.empty() || a.find(',') != std::string::npos;
+        }))
+      return Status::InvalidArgument(fmt::format(
+          "policies[{}] ({}).agents: expected a list of agent names or patterns such as 'adversary_*' (none empty, "
+          "no commas)",
+          i, p.name));
+  }
+  if (c.learner.eval_episodes > 0)
+    return Status::InvalidArgument(
+        "learner.eval_episodes: a run with several policies is evaluated policy by policy, each policy's learner "
+        "served with its own run directory");
+  FarmConfig probe = c;
+  if (probe.run_dir.empty()) probe.run_dir = "runs/check";
+  for (const auto& p : c.policies) {
+    FarmConfig out;
+    if (auto s = PolicyRunConfig(probe, p.name, &out); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 // The largest transport.worker_give_up_s: its milliseconds must fit in an int (ZMQ_SNDTIMEO).
 constexpr double kMaxWorkerGiveUpS = 2147483;
 
@@ -310,14 +368,50 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
       return Status::InvalidArgument(fmt::format("--set {}: {}", text, e.what()));
     }
   }
-  if (out->ppo.core != "none") {
-    const auto given = [&](const char* key) {
-      return std::find(out->given.begin(), out->given.end(), key) != out->given.end();
-    };
-    if (!given("ppo.rollout_length")) out->ppo.rollout_length = kCoreDefaults.rollout_length;
-    if (!given("ppo.lr")) out->ppo.lr = kCoreDefaults.lr;
-  }
+  ApplyCoreDefaults(out);
   return ValidateConfig(*out);
+}
+
+Status PolicyRunConfig(const FarmConfig& run, const std::string& name, FarmConfig* out) {
+  const auto it = std::find_if(run.policies.begin(), run.policies.end(),
+                               [&](const PolicyConfig& p) { return p.name == name; });
+  if (it == run.policies.end()) {
+    std::vector<std::string> names;
+    for (const auto& p : run.policies) names.push_back(p.name);
+    return Status::NotFound(fmt::format("no policy '{}' in policies (the config's policies: {})", name,
+                                        names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
+  }
+  if (run.run_dir.empty())
+    return Status::InvalidArgument(fmt::format(
+        "policy '{}': run_dir is not set; the learners of a run with several policies share it (each writes "
+        "run_dir/NAME; scripts/farm train sets it)",
+        name));
+  const auto index = static_cast<std::size_t>(it - run.policies.begin());
+  FarmConfig c = run;
+  c.policies.clear();
+  for (const auto& text : it->set) {
+    const std::string where = fmt::format("policies[{}] ({}).set '{}'", index, name, text);
+    const auto key = text.substr(0, text.find('='));
+    if (key.rfind("ppo.", 0) != 0 && key.rfind("learner.", 0) != 0 && key.rfind("batcher.", 0) != 0)
+      return Status::InvalidArgument(fmt::format(
+          "{}: a policy may set ppo.*, learner.* and batcher.* keys; the env, the transport and the run's own keys "
+          "are every policy's",
+          where));
+    try {
+      Apply(OverrideNode(text), &c);
+    } catch (const ConfigError& e) {
+      return Status::InvalidArgument(fmt::format("{}: {}", where, e.what()));
+    }
+  }
+  ApplyCoreDefaults(&c);
+  c.run_dir = run.run_dir + "/" + name;
+  c.name = run.name + "-" + name;
+  if (!it->trainable) c.learner.train = false;
+  if (!it->init_from.empty()) c.learner.init_from = it->init_from;
+  if (auto s = ValidateConfig(c); !s.ok())
+    return Status::InvalidArgument(fmt::format("policy '{}': {}", name, s.message()));
+  *out = std::move(c);
+  return Status::Ok();
 }
 
 Status ValidateConfig(const FarmConfig& c) {
@@ -428,7 +522,7 @@ Status ValidateConfig(const FarmConfig& c) {
   // port the address would be refused later as "not a loopback address".
   if (auto s = CheckEndpoint(c.transport.bind, /*bind=*/true); !s.ok())
     return Status::InvalidArgument("transport.bind: " + s.message());
-  return Status::Ok();
+  return ValidatePolicies(c);
 }
 
 std::string DumpConfig(const FarmConfig& config) {

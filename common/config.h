@@ -376,6 +376,26 @@ struct PpoConfig {
   }
 };
 
+// One policy of a run with several (the `policies:` list): the agents it acts for and trains, and how its learner
+// differs from the run's. Each policy is served and trained by a farm-learner of its own (PolicyRunConfig), with run
+// directory run_dir/NAME; the Python worker maps each agent to the first policy whose pattern matches its name
+// (worker/python/farm_worker/policies.py).
+struct PolicyConfig {
+  std::string name;                 // letters, digits, '_', '-', '.'; unique in the run
+  std::vector<std::string> agents;  // agent names or fnmatch patterns ("adversary_*"); indices for array-style envs
+  bool trainable = true;            // false: served only (learner.train false), e.g. a frozen opponent
+  std::string init_from;            // a run directory (a policy's): start from its latest policy
+  std::vector<std::string> set;     // this policy's learner's overrides, as --set: "ppo.lr=3e-4" (ppo, learner, batcher)
+
+  template <class V> void visit(V& v) {
+    v("name", name);
+    v("agents", agents);
+    v("trainable", trainable);
+    v("init_from", init_from);
+    v("set", set);
+  }
+};
+
 struct FarmConfig {
   std::string name = "cartpole";
   uint64_t seed = 1;
@@ -391,6 +411,8 @@ struct FarmConfig {
   BatcherConfig batcher;
   LearnerConfig learner;
   PpoConfig ppo;
+  // Several policies, each with a learner of its own (PolicyConfig); empty: one policy for every agent.
+  std::vector<PolicyConfig> policies;
 
   // Not keys: where this config was read from (LoadConfig sets them), for finding the files it names
   // (common/config_files.h). source_dir: the config file's folder, absolute (empty: no file); in_run_dir: the file
@@ -420,6 +442,7 @@ struct FarmConfig {
     v("batcher", batcher);
     v("learner", learner);
     v("ppo", ppo);
+    v("policies", policies);
   }
 };
 
@@ -447,6 +470,13 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source, Farm
 
 // Checks that span several keys (e.g. num_envs divisible by num_groups).
 Status ValidateConfig(const FarmConfig& config);
+
+// The config of policy `name`'s learner in a run with several policies: `run` with the policy's `set` overrides
+// applied (then the core defaults, as LoadConfig), no `policies`, run_dir run.run_dir/NAME, name run.name-NAME,
+// learner.train false when the policy is not trainable, learner.init_from its init_from when given. NotFound naming
+// the run's policies when it has none of that name; InvalidArgument naming the override or key otherwise (run_dir
+// must be set: the learners of a run share it).
+Status PolicyRunConfig(const FarmConfig& run, const std::string& name, FarmConfig* out);
 
 // The resolved config as YAML (every key, defaults included).
 std::string DumpConfig(const FarmConfig& config);

@@ -15,6 +15,7 @@
 #include "learner/model/device.h"
 #include "learner/run/checkpoint_files.h"
 #include "learner/run/metrics.h"
+#include "learner/run/run_dir.h"
 
 int main(int argc, char** argv) {
   // First: it may start this program again with a better OpenBLAS kernel (learner/model/blas_kernel.h).
@@ -47,6 +48,15 @@ int main(int argc, char** argv) {
   app.add_option("--serve", serve_dir,
                  "serve the latest policy of this run directory without training (its config.yaml unless --config)")
       ->check(CLI::ExistingDirectory);
+  std::string policy;
+  app.add_option("--policy", policy,
+                 "in a config with policies: be the learner of this one (its overrides applied, run directory "
+                 "run_dir/NAME); scripts/farm train starts one per policy");
+  bool policies_plan = false;
+  app.add_flag("--policies-plan", policies_plan,
+               "in a config with policies: write run_dir/config.yaml (the run's config; run_dir "
+               "runs/NAME-TIMESTAMP when not set), print 'run_dir PATH' and 'policy NAME' lines and exit; "
+               "prints nothing for a config without policies");
   CLI11_PARSE(app, argc, argv);
   if (print_blas) {
     if (blas_kernel.warning) fmt::print(stderr, "farm-learner: {}\n", blas_kernel.message);
@@ -86,6 +96,29 @@ int main(int argc, char** argv) {
   }
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());
+    return 2;
+  }
+  if (policies_plan) {
+    if (config.policies.empty()) return 0;
+    std::string run_dir;
+    if (auto s = farm::PlanPolicies(config, &run_dir); !s.ok()) {
+      fmt::print(stderr, "farm-learner: --policies-plan: {}\n", s.message());
+      return 2;
+    }
+    fmt::print("run_dir {}\n", run_dir);
+    for (const auto& p : config.policies) fmt::print("policy {}\n", p.name);
+    return 0;
+  }
+  if (!policy.empty()) {
+    if (auto s = farm::PolicyRunConfig(farm::FarmConfig(config), policy, &config); !s.ok()) {
+      fmt::print(stderr, "farm-learner: --policy {}: {}\n", policy, s.message());
+      return 2;
+    }
+  } else if (!config.policies.empty()) {
+    fmt::print(stderr,
+               "farm-learner: the config has policies ({} of them): start one learner per policy with --policy NAME "
+               "(scripts/farm train does)\n",
+               config.policies.size());
     return 2;
   }
   spdlog::info("{}", allocator);

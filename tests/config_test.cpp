@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "common/config.h"
 
@@ -272,4 +273,80 @@ TEST_CASE("a key given twice in one mapping is an error (not the first one silen
   // env.options is a mapping of its own.
   auto options = Parse("env:\n  options: {size: 1, size: 2}\n", &c);
   CHECK_FALSE(options.ok());
+}
+
+namespace {
+const char* kTwoPolicies =
+    "name: duo\nrun_dir: /tmp/duo\nenv:\n  python: envs.py:make\nppo:\n  lr: 7.0e-4\n"
+    "policies:\n"
+    "  - name: speaker\n    agents: [speaker_*]\n    set: [ppo.lr=3.0e-4, \"ppo.hidden_sizes=[32]\"]\n"
+    "  - name: listener\n    agents: [listener_0, listener_1]\n    trainable: false\n    init_from: runs/old\n";
+}  // namespace
+
+TEST_CASE("policies: each policy's learner gets the run's config with its own overrides", "[config][policies]") {
+  FarmConfig run;
+  REQUIRE(Parse(kTwoPolicies, &run).ok());
+  REQUIRE(farm::ValidateConfig(run).ok());
+  REQUIRE(run.policies.size() == 2);
+  CHECK(run.policies[1].agents == std::vector<std::string>{"listener_0", "listener_1"});
+  FarmConfig speaker, listener;
+  REQUIRE(farm::PolicyRunConfig(run, "speaker", &speaker).ok());
+  CHECK(speaker.run_dir == "/tmp/duo/speaker");
+  CHECK(speaker.name == "duo-speaker");
+  CHECK(speaker.ppo.lr == Approx(3e-4));
+  CHECK(speaker.ppo.hidden_sizes == std::vector<int>{32});
+  CHECK(speaker.learner.train);
+  CHECK(speaker.policies.empty());
+  REQUIRE(farm::PolicyRunConfig(run, "listener", &listener).ok());
+  CHECK(listener.run_dir == "/tmp/duo/listener");
+  CHECK(listener.ppo.lr == Approx(7e-4));  // the run's
+  CHECK(listener.ppo.hidden_sizes == std::vector<int>{64, 64});
+  CHECK_FALSE(listener.learner.train);
+  CHECK(listener.learner.init_from == "runs/old");
+  // A policy's core gets the core defaults for what neither the run nor the policy gave.
+  FarmConfig cored;
+  run.policies[1].set = {"ppo.core=gru"};
+  REQUIRE(farm::PolicyRunConfig(run, "listener", &cored).ok());
+  CHECK(cored.ppo.rollout_length == farm::kCoreDefaults.rollout_length);
+  CHECK(cored.ppo.lr == Approx(7e-4));  // given by the run
+  // The dumped config reads back with its policies.
+  FarmConfig again;
+  REQUIRE(Parse(farm::DumpConfig(run), &again).ok());
+  REQUIRE(again.policies.size() == 2);
+  CHECK(again.policies[0].set == run.policies[0].set);
+  CHECK(again.policies[1].init_from == "runs/old");
+  CHECK_FALSE(again.policies[1].trainable);
+}
+
+TEST_CASE("policies: a bad entry is named with what was expected", "[config][policies]") {
+  FarmConfig run;
+  REQUIRE(Parse(kTwoPolicies, &run).ok());
+  FarmConfig out;
+  auto missing = farm::PolicyRunConfig(run, "prey", &out);
+  CHECK_THAT(missing.message(), Catch::Contains("no policy 'prey'") && Catch::Contains("speaker, listener"));
+  const auto refused = [&](const std::function<void(FarmConfig&)>& change, std::vector<std::string> words) {
+    FarmConfig c = run;
+    change(c);
+    const auto s = farm::ValidateConfig(c);
+    INFO(s.message());
+    REQUIRE_FALSE(s.ok());
+    for (const auto& w : words) CHECK_THAT(s.message(), Catch::Contains(w));
+  };
+  refused([](FarmConfig& c) { c.policies[0].set = {"env.num_envs=4"}; },
+          {"policies[0] (speaker).set 'env.num_envs=4'", "ppo.*, learner.* and batcher.*"});
+  refused([](FarmConfig& c) { c.policies[0].set = {"ppo.lrr=1"}; }, {"policies[0] (speaker)", "ppo.lrr", "unknown key"});
+  refused([](FarmConfig& c) { c.policies[0].set = {"ppo.fused_update=on", "learner.device=cpu", "ppo.value_norm=running"}; },
+          {"policy 'speaker'", "ppo.value_norm=running"});
+  refused([](FarmConfig& c) { c.policies[1].name = "speaker"; }, {"policies[1].name", "'speaker' is given twice"});
+  refused([](FarmConfig& c) { c.policies[0].name = "a/b"; }, {"policies[0].name", "'a/b'"});
+  refused([](FarmConfig& c) { c.policies[0].agents.clear(); }, {"policies[0] (speaker).agents"});
+  refused([](FarmConfig& c) { c.policies[0].agents = {"a,b"}; }, {"no commas"});
+  refused([](FarmConfig& c) { c.env.python.clear(); }, {"env.python", "Python worker"});
+  refused([](FarmConfig& c) { c.env.frame_stack = 4; }, {"env.frame_stack is 4"});
+  FarmConfig no_dir = run;
+  no_dir.run_dir.clear();
+  CHECK(farm::ValidateConfig(no_dir).ok());  // scripts/farm sets it (farm-learner --policies-plan)
+  CHECK_THAT(farm::PolicyRunConfig(no_dir, "speaker", &out).message(), Catch::Contains("run_dir is not set"));
+  auto bad_key = Parse("policies:\n  - name: a\n    agent: [x]\n", &out);
+  CHECK_THAT(bad_key.message(), Catch::Contains("policies[0].agent") && Catch::Contains("unknown key"));
 }

@@ -5,8 +5,8 @@
 # their own. Each learner learns its policy's spaces from the handshake and trains it alone. Passes when each run
 # dir holds its own policy (its spec's spaces, its checkpoint), each policy's return beats the uniformly random
 # team's by far (speaker: random 3.3, best 10; listeners: random 1.6, best 8), the listeners' learner saw inactive
-# rows (listener_1 after it finished), and no protocol error; then a worker whose patterns leave an agent out is
-# refused by name.
+# rows (listener_1 after it finished), and no protocol error; scripts/farm run and --resume start such a run from a
+# config's policies; a worker whose patterns leave an agent out is refused by name.
 # Usage: multi_policy_test.sh BUILD_DIR
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
@@ -31,6 +31,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+[ -z "${KEEP_TMP:-}" ] || trap - EXIT
 
 # start_learner NAME: a learner for one policy, run dir $tmp/NAME, its endpoint in $tmp/NAME.endpoint.
 start_learner() {
@@ -104,6 +105,76 @@ for i in (0, 1):
     assert steps["talk"] == steps["hear"] > 0, steps  # every env step is both policies'
 print("ok: two policies of different spaces trained by their own learners")
 PY
+# The same kind of run from a config with policies, as users start it: scripts/farm run starts one learner per
+# policy (run directories RUN/talk and RUN/hear, the listeners' network from its own `set`) and the workers; then
+# --resume RUN continues both policies from their checkpoints.
+cat > "$tmp/signals.yaml" <<EOF
+name: signals
+seed: 2
+total_env_steps: 20000
+run_dir: $tmp/farm_run
+env:
+  python: $root/tests/python/signals_env.py:make
+  num_envs: 8
+  num_groups: 2
+learner: {min_workers: 2, checkpoint_every: 20, progress_interval_s: 5}
+ppo: {rollout_length: 10, lr: 0.003}
+policies:
+  - {name: talk, agents: [speaker]}
+  - {name: hear, agents: ["listener_*"], set: ["ppo.hidden_sizes=[32]"]}
+EOF
+export FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$build_dir"
+rc=0
+"$root/scripts/farm" run "$tmp/signals.yaml" --workers 2 --set "env.python_interpreter=$py" > "$tmp/farm_run.log" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { tail -n 30 "$tmp/farm_run.log" >&2; echo "FAIL: scripts/farm run with policies: status $rc" >&2; exit 1; }
+rc=0
+"$root/scripts/farm" run --resume "$tmp/farm_run" --workers 2 --set total_env_steps=30000 > "$tmp/farm_resume.log" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { tail -n 30 "$tmp/farm_resume.log" >&2; echo "FAIL: scripts/farm run --resume with policies: status $rc" >&2; exit 1; }
+"$py" - "$tmp" <<'PY'
+import json, os, re, sys
+tmp = sys.argv[1]
+run = os.path.join(tmp, "farm_run")
+assert "policies:" in open(os.path.join(run, "config.yaml")).read()
+resume_log = open(os.path.join(tmp, "farm_resume.log")).read()
+for name, best, hidden in (("talk", 10.0, "[64, 64]"), ("hear", 8.0, "[32]")):
+    s = json.load(open(os.path.join(run, name, "summary.json")))
+    config = open(os.path.join(run, name, "config.yaml")).read()
+    print(f"scripts/farm run, policy {name}: env steps {s['env_steps']}, mean_return_100 {s['mean_return_100']:.2f}")
+    assert f"hidden_sizes: {hidden}" in config and f'run_dir: "{run}/{name}"' in config, config
+    assert s["env_steps"] >= 29000 and s["protocol_errors"] == 0 and s["mean_return_100"] >= 0.8 * best, s
+    # Resumed from its own checkpoint (about 20k env steps), not started over.
+    m = re.search(rf"resumed {re.escape(run)}/{name}/checkpoints/ckpt-\d+\.pt: (\d+) env steps", resume_log)
+    assert m and int(m.group(1)) >= 19000, (name, m and m.group(0))
+print("ok: scripts/farm run and --resume with policies")
+PY
+# farm-eval on the run serves every policy's checkpoint to one worker and reports each policy's return (both at
+# their best: the speaker 10, the listeners 8); on one policy's directory it refuses, naming the run to evaluate.
+"$build_dir/tools/farm-eval" "$tmp/farm_run" --episodes 40 --envs 8 > "$tmp/eval.json" 2> "$tmp/eval.log" ||
+  { cat "$tmp/eval.log" >&2; echo "FAIL: farm-eval of the run with policies" >&2; exit 1; }
+"$py" - "$tmp/eval.json" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print("farm-eval:", [(r["policy"], r["episodes"], r["mean_return"]) for r in rows])
+assert [r["policy"] for r in rows] == ["talk", "hear"], rows
+assert all(r["episodes"] == 40 and r["actions"] == "deterministic" for r in rows), rows
+assert rows[0]["mean_return"] == 10.0 and rows[1]["mean_return"] == 8.0, rows
+assert rows[0]["env_steps_trained"] >= 29000, rows
+PY
+# --policy-set: the listeners act uniformly at random (learner.random_actions) beside the trained speaker.
+"$build_dir/tools/farm-eval" "$tmp/farm_run" --episodes 40 --envs 8 --policy-set hear:learner.random_actions=true \
+  > "$tmp/eval_random.json" 2> "$tmp/eval.log" ||
+  { cat "$tmp/eval.log" >&2; echo "FAIL: farm-eval --policy-set" >&2; exit 1; }
+"$py" - "$tmp/eval_random.json" <<'PY'
+import json, sys
+rows = {r["policy"]: r for r in (json.loads(line) for line in open(sys.argv[1]) if line.strip())}
+print("farm-eval, random listeners:", {k: r["mean_return"] for k, r in rows.items()})
+assert rows["talk"]["mean_return"] == 10.0 and rows["hear"]["mean_return"] < 3.0, rows  # random: 1.6
+PY
+rc=0
+"$build_dir/tools/farm-eval" "$tmp/farm_run/talk" --episodes 5 > "$tmp/eval.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -F "is one policy of a run with several policies (2 of them)" "$tmp/eval.log" >/dev/null ||
+  { cat "$tmp/eval.log" >&2; echo "FAIL: farm-eval of one policy's directory: expected a refusal" >&2; exit 1; }
+echo "ok: farm-eval evaluates every policy of the run, and refuses one policy's directory"
 # An agent no policy claims is refused by name, before any learner is asked.
 rc=0
 PYTHONPATH="$root/worker/python" "$py" -m farm_worker --env-module "$root/tests/python/signals_env.py:make" \

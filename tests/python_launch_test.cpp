@@ -69,6 +69,33 @@ TEST_CASE("env.python: the Python worker gets the config's envs, groups, seed, i
   CHECK_THAT(cut.message(), Catch::Contains("env.decorrelate_episodes") && Catch::Contains("env.python"));
 }
 
+TEST_CASE("policies: the Python worker gets each policy's endpoint and agent patterns, in the config's order") {
+  FarmConfig c;
+  c.env.python = "my_envs:make_env";
+  c.env.python_interpreter = "python3";
+  c.policies = {{"speaker", {"speaker_*"}, true, "", {}}, {"listener", {"listener_0", "listener_1"}, true, "", {}}};
+  std::vector<std::string> argv;
+  REQUIRE(PythonWorkerArgv(c, 0, "listener=tcp://127.0.0.1:6001,speaker=tcp://127.0.0.1:6000", "", {}, &argv).ok());
+  CHECK_FALSE(Has(argv, "--learner"));
+  const auto first = std::find(argv.begin(), argv.end(), "--policy");
+  REQUIRE(std::distance(first, argv.end()) >= 8);
+  CHECK(std::vector<std::string>(first, first + 8) ==
+        std::vector<std::string>{"--policy", "speaker", "tcp://127.0.0.1:6000", "speaker_*", "--policy", "listener",
+                                 "tcp://127.0.0.1:6001", "listener_0,listener_1"});
+  // farm-worker --check-python names no learner yet.
+  REQUIRE(PythonWorkerArgv(c, 0, "", "", {}, &argv).ok());
+  const auto refused = [&](const std::string& endpoints, const std::string& words) {
+    const Status s = PythonWorkerArgv(c, 0, endpoints, "", {}, &argv);
+    INFO(endpoints);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains(words) && Catch::Contains("speaker, listener"));
+  };
+  refused("speaker=tcp://127.0.0.1:6000", "no endpoint for policy 'listener'");
+  refused("tcp://127.0.0.1:6000", "'tcp://127.0.0.1:6000'");
+  refused("speaker=tcp://a:1,listener=tcp://a:2,prey=tcp://a:3", "no policy 'prey'");
+  refused("speaker=tcp://a:1,speaker=tcp://a:2", "policy 'speaker' given twice");
+}
+
 TEST_CASE("env.python: normalisation settings and CURVE keys travel, missing worker keys are refused by name") {
   FarmConfig c;
   c.env.python = "my_envs:make_env";

@@ -2,11 +2,13 @@
 // episode returns. A C++ env is stepped here; a Python env's run (env.python) is evaluated by a serving learner
 // and one worker started for it (tools/served_eval.h). Both report through Report.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 #include <signal.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -32,8 +34,10 @@ int Fail(const std::string& message, int code = 2) {
 }
 
 // The JSON line on stdout and the human line on stderr, from the episodes' returns and lengths (non-empty).
+// `policy`: the policy's name in a run with several policies (empty: the run's one policy).
 void Report(const std::vector<double>& returns, const std::vector<double>& lengths, const std::string& env_name,
-            const std::string& checkpoint, const farm::TrainingCounters& counters, uint64_t seed, bool sample) {
+            const std::string& checkpoint, const farm::TrainingCounters& counters, uint64_t seed, bool sample,
+            const std::string& policy = "") {
   const double n = static_cast<double>(returns.size());
   double mean = 0, mean_length = 0;
   for (std::size_t i = 0; i < returns.size(); ++i) {
@@ -59,11 +63,13 @@ void Report(const std::vector<double>& returns, const std::vector<double>& lengt
                                 {"env", env_name},
                                 {"seed", seed},
                                 {"actions", sample ? "sampled" : "deterministic"}};
+  if (!policy.empty()) out["policy"] = policy;
   fmt::print("{}\n", out.dump());
   fmt::print(stderr,
-             "farm-eval: {} over {} episodes: return {:.2f} ± {:.2f} (min {:.2f}, max {:.2f}), mean length {:.1f}; "
+             "farm-eval: {}{} over {} episodes: return {:.2f} ± {:.2f} (min {:.2f}, max {:.2f}), mean length {:.1f}; "
              "{} ({} env steps trained)\n",
-             env_name, returns.size(), mean, stddev, min, max, mean_length, checkpoint, counters.env_steps);
+             env_name, policy.empty() ? "" : ", policy " + policy, returns.size(), mean, stddev, min, max,
+             mean_length, checkpoint, counters.env_steps);
 }
 
 }  // namespace
@@ -98,6 +104,11 @@ int main(int argc, char** argv) {
                  "override a key of the run's config (e.g. a uav_coverage run on a larger map: --set "
                  "env.options.grid=48); repeatable")
       ->allow_extra_args(false);  // one key=value per --set, so RUN_DIR may follow
+  std::vector<std::string> policy_overrides;
+  app.add_option("--policy-set", policy_overrides,
+                 "a run with several policies: override a key for one policy's serving learner, NAME:key=value (e.g. "
+                 "prey:learner.random_actions=true: the prey act uniformly at random); repeatable")
+      ->allow_extra_args(false);
   bool sample = false;
   app.add_flag("--sample", sample,
                "sample actions from the policy, as in training (LibTorch's generator seeded with the env seed), "
@@ -111,6 +122,68 @@ int main(int argc, char** argv) {
   sigset_t old_mask;
   pthread_sigmask(SIG_BLOCK, &served_signals, &old_mask);
 
+  // A run with several policies: its directory holds one run directory per policy, served together (one policy's
+  // directory alone would be evaluated acting for every agent, the other policies' too).
+  {
+    const std::filesystem::path dir = std::filesystem::absolute(run_dir).lexically_normal();
+    const std::filesystem::path base = dir.filename().empty() ? dir.parent_path() : dir;
+    std::error_code ec;
+    farm::FarmConfig whole;
+    const std::string parent = (base.parent_path() / "config.yaml").string();
+    if (std::filesystem::is_regular_file(parent, ec) && farm::LoadConfig(parent, {}, &whole).ok() &&
+        std::any_of(whole.policies.begin(), whole.policies.end(),
+                    [&](const farm::PolicyConfig& p) { return p.name == base.filename().string(); }))
+      return Fail(fmt::format(
+          "{} is one policy of a run with several policies ({} of them): evaluate them together, each acting for its "
+          "own agents: farm-eval {}",
+          run_dir, whole.policies.size(), base.parent_path().string()));
+    const std::string here = (base / "config.yaml").string();
+    if (std::filesystem::is_regular_file(here, ec) && farm::LoadConfig(here, overrides, &whole).ok() &&
+        !whole.policies.empty()) {
+      farm::ServedEvalOptions o;
+      const std::string build = farm::SelfDir() + "/..";
+      o.learner_bin = build + "/learner/farm-learner";
+      o.worker_bin = build + "/worker/farm-worker";
+      o.run_dir = base.string();
+      o.episodes = episodes;
+      num_envs = std::min(num_envs, episodes);
+      o.num_envs = num_envs;
+      o.num_groups = num_envs % whole.env.num_groups == 0 ? whole.env.num_groups : 1;
+      o.seed = seed_opt->count() == 0 ? whole.seed : seed;
+      o.max_steps = max_steps;
+      o.sample = sample;
+      o.overrides = overrides;
+      for (const auto& p : whole.policies) o.policies.push_back(p.name);
+      for (const auto& kv : policy_overrides) {
+        const auto colon = kv.find(':');
+        if (colon == std::string::npos ||
+            std::find(o.policies.begin(), o.policies.end(), kv.substr(0, colon)) == o.policies.end())
+          return Fail(fmt::format("--policy-set '{}': expected NAME:key=value with NAME one of the run's policies ({})",
+                                  kv, fmt::join(o.policies, ", ")));
+      }
+      o.policy_overrides = policy_overrides;
+      farm::ServedEvalResult r;
+      if (auto s = farm::RunServedEval(o, &r); !s.ok()) return Fail(s.message(), 1);
+      for (const auto& p : r.policies) {
+        if (static_cast<int>(p.returns.size()) < episodes)
+          return Fail(fmt::format("policy {}: only {} of {} episodes counted within {} env steps (--max-steps)",
+                                  p.name, p.returns.size(), episodes, max_steps),
+                      1);
+        farm::TrainingCounters counters;
+        std::string checkpoint;
+        farm::ActorCritic policy{nullptr};
+        farm::FarmConfig policy_config;
+        if (auto s = farm::LoadPolicy((base / p.name).string(), &policy, &policy_config, &counters, &checkpoint);
+            !s.ok())
+          return Fail(s.message());
+        Report(p.returns, p.lengths, r.env_name, checkpoint, counters, o.seed, sample, p.name);
+      }
+      return 0;
+    }
+  }
+  if (!policy_overrides.empty())
+    return Fail(fmt::format("--policy-set: {} is not a run with several policies (its config has no policies)",
+                            run_dir));
   torch::set_num_threads(1);
   farm::ActorCritic policy{nullptr};
   farm::FarmConfig config;

@@ -251,78 +251,117 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
   if (auto s = tmp.Create(); !s.ok()) return s;
   Events events;
   if (auto s = events.Open(tmp.path()); !s.ok()) return s;
-  const std::string endpoint_file = tmp.path() + "/endpoint";
-  const std::string serve_dir = tmp.path() + "/serve";
 
-  // The learner: the run's policy, no training, deterministic unless --sample; one worker suffices; it stops
-  // after N counted episodes (learner.eval_episodes) or --max-steps env steps (total_env_steps).
-  std::vector<std::string> learner_argv = {o.learner_bin, "--serve", o.run_dir, "--endpoint-file", endpoint_file};
+  // The serving learners: the run's policy (or each policy's), no training, deterministic unless --sample; one
+  // worker suffices; each stops after N counted episodes (learner.eval_episodes) or --max-steps env steps.
+  struct Served {
+    std::string name;  // the policy's; empty: the run's one policy
+    std::string run_dir, serve_dir, endpoint_file, log, endpoint;
+    std::unique_ptr<Child> child;
+    std::string what() const { return name.empty() ? "the serving learner" : "the serving learner of policy " + name; }
+  };
+  std::vector<Served> served;
+  if (o.policies.empty()) {
+    served.push_back({"", o.run_dir, tmp.path() + "/serve", tmp.path() + "/endpoint", tmp.path() + "/learner.log", "",
+                      nullptr});
+  } else {
+    for (const auto& name : o.policies)
+      served.push_back({name, o.run_dir + "/" + name, tmp.path() + "/serve-" + name, tmp.path() + "/endpoint-" + name,
+                        tmp.path() + "/learner-" + name + ".log", "", nullptr});
+  }
   const std::vector<std::string> common_sets = {"seed=" + std::to_string(o.seed)};
-  std::vector<std::string> learner_sets = {"run_dir=" + serve_dir,
-                                           "learner.eval_episodes=" + std::to_string(o.episodes),
-                                           std::string("learner.deterministic=") + (o.sample ? "false" : "true"),
-                                           "total_env_steps=" + std::to_string(o.max_steps),
-                                           "learner.min_workers=1",
-                                           "max_wall_seconds=0",
-                                           "learner.progress_interval_s=3600",
-                                           "transport.bind=tcp://127.0.0.1:*"};
-  AddSets(common_sets, &learner_argv);
-  AddSets(o.overrides, &learner_argv);
-  AddSets(learner_sets, &learner_argv);
-  std::unique_ptr<Child> learner, worker;
-  if (auto s = Child::Start("farm-learner --serve", learner_argv, tmp.path() + "/learner.log", events.mask(),
-                            &learner);
-      !s.ok())
-    return s;
+  for (auto& l : served) {
+    std::vector<std::string> argv = {o.learner_bin, "--serve", l.run_dir, "--endpoint-file", l.endpoint_file};
+    const std::vector<std::string> learner_sets = {"run_dir=" + l.serve_dir,
+                                                   "learner.eval_episodes=" + std::to_string(o.episodes),
+                                                   std::string("learner.deterministic=") + (o.sample ? "false" : "true"),
+                                                   "total_env_steps=" + std::to_string(o.max_steps),
+                                                   "learner.min_workers=1",
+                                                   "max_wall_seconds=0",
+                                                   "learner.progress_interval_s=3600",
+                                                   "transport.bind=tcp://127.0.0.1:*"};
+    AddSets(common_sets, &argv);
+    AddSets(o.overrides, &argv);
+    for (const auto& kv : o.policy_overrides)
+      if (!l.name.empty() && kv.rfind(l.name + ":", 0) == 0) AddSets({kv.substr(l.name.size() + 1)}, &argv);
+    AddSets(learner_sets, &argv);
+    if (auto s = Child::Start("farm-learner --serve", argv, l.log, events.mask(), &l.child); !s.ok()) return s;
+  }
 
-  // Until it listens (it writes the endpoint file atomically: a rename into the watched directory).
+  // Until each listens (it writes its endpoint file atomically: a rename into the watched directory).
   const auto terminated = [](int sig) {
     return Status::Closed(fmt::format("stopped by {}; the serving learner and the worker were stopped",
                                        SignalName(sig)));
   };
   const auto listen_deadline = Clock::now() + std::chrono::seconds(120);
-  std::string endpoint;
-  while (endpoint.empty()) {
-    std::ifstream in(endpoint_file);
-    if (in && std::getline(in, endpoint) && !endpoint.empty()) break;
-    endpoint.clear();
-    const auto ev = events.Wait(listen_deadline);
-    if (ev.terminate) return terminated(ev.terminate);
-    if (ev.timeout) return Status::Internal("the serving learner did not listen within 120 s" + LogTail(tmp.path() + "/learner.log"));
-    if (ev.child && learner->Reap())
-      return Status::Internal("the serving learner stopped before listening: " + learner->Describe());
+  for (auto& l : served) {
+    while (l.endpoint.empty()) {
+      std::ifstream in(l.endpoint_file);
+      if (in && std::getline(in, l.endpoint) && !l.endpoint.empty()) break;
+      l.endpoint.clear();
+      const auto ev = events.Wait(listen_deadline);
+      if (ev.terminate) return terminated(ev.terminate);
+      if (ev.timeout) return Status::Internal(l.what() + " did not listen within 120 s" + LogTail(l.log));
+      for (auto& other : served)
+        if (ev.child && other.child->Reap())
+          return Status::Internal(other.what() + " stopped before listening: " + other.child->Describe());
+    }
   }
 
-  // One worker with K envs: farm-worker execs the Python worker for the run's env.python.
-  std::vector<std::string> worker_argv = {o.worker_bin, "--config", o.run_dir + "/config.yaml", "--learner", endpoint};
+  // One worker with K envs: farm-worker execs the Python worker for the run's env.python (with several policies,
+  // --learner NAME=ENDPOINT for each).
+  std::string learner_arg;
+  for (const auto& l : served)
+    learner_arg += (learner_arg.empty() ? "" : ",") + (l.name.empty() ? l.endpoint : l.name + "=" + l.endpoint);
+  std::vector<std::string> worker_argv = {o.worker_bin, "--config", o.run_dir + "/config.yaml", "--learner",
+                                          learner_arg};
   std::vector<std::string> worker_sets = {"env.num_envs=" + std::to_string(o.num_envs),
                                           "env.num_groups=" + std::to_string(o.num_groups)};
   AddSets(common_sets, &worker_argv);
   AddSets(o.overrides, &worker_argv);
   AddSets(worker_sets, &worker_argv);
+  std::unique_ptr<Child> worker;
   if (auto s = Child::Start("farm-worker (the Python env's worker)", worker_argv, tmp.path() + "/worker.log",
                             events.mask(), &worker);
       !s.ok())
     return s;
 
-  // Until the learner stops (N episodes, --max-steps, or a failure). The worker may end first: after the
-  // learner's Stop (status 0), the learner is then finishing its summary; a worker that fails (non-zero) fails
-  // the evaluation at once (the learner would wait for workers that never come).
+  // Until every learner stops (N episodes, --max-steps, or a failure). The worker may end first: after a
+  // learner's Stop (status 0), the learners are then finishing their summaries (with several policies, each counts
+  // the same episodes and stops by itself; one still running 60 s later is sent SIGTERM, and 30 s after that it
+  // fails the evaluation); a worker that fails (non-zero) fails the evaluation at once (the learners would wait for
+  // workers that never come).
+  const auto all_reaped = [&] {
+    bool all = true;
+    for (auto& l : served) all = l.child->Reap() && all;
+    return all;
+  };
   auto learner_deadline = Clock::now() + std::chrono::hours(24 * 365);
-  while (!learner->Reap()) {
+  bool termed = false;
+  while (!all_reaped()) {
     const auto ev = events.Wait(learner_deadline);
     if (ev.terminate) return terminated(ev.terminate);
-    if (ev.timeout)
-      return Status::Internal("the serving learner did not stop within 60 s of the worker's end: " +
-                              learner->Describe() + "; " + worker->Describe());
-    if (ev.child && worker->Reap() && !learner->Reap()) {
+    if (ev.timeout) {
+      if (!termed && worker->Reap() && worker->ok()) {
+        for (auto& l : served)
+          if (!l.child->Reap()) l.child->Signal(SIGTERM);
+        termed = true;
+        learner_deadline = Clock::now() + std::chrono::seconds(30);
+        continue;
+      }
+      std::string states;
+      for (auto& l : served) states += l.what() + ": " + l.child->Describe() + "; ";
+      return Status::Internal("the serving learners did not stop within 60 s of the worker's end: " + states +
+                              worker->Describe());
+    }
+    if (ev.child && worker->Reap()) {
       if (!worker->ok())
         return Status::Internal("the worker stopped before the evaluation's episodes had ended: " +
                                 worker->Describe());
       learner_deadline = std::min(learner_deadline, Clock::now() + std::chrono::seconds(60));
     }
   }
-  // The learner has told the worker to stop: it should end within seconds.
+  // The learners have told the worker to stop: it should end within seconds.
   const auto worker_deadline = Clock::now() + std::chrono::seconds(30);
   while (!worker->Reap()) {
     const auto ev = events.Wait(worker_deadline);
@@ -333,29 +372,39 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
       return Status::Internal("the worker did not stop within 30 s of the serving learner: " + worker->Describe());
     }
   }
-  if (!learner->ok()) return Status::Internal("the serving learner failed: " + learner->Describe());
+  for (auto& l : served)
+    if (!l.child->ok() && !termed) return Status::Internal(l.what() + " failed: " + l.child->Describe());
   if (!worker->ok()) return Status::Internal("the worker failed: " + worker->Describe());
 
-  // The counted episodes, and the env's name from the learner's summary.
-  nlohmann::json summary;
-  try {
-    std::ifstream in(serve_dir + "/summary.json");
-    summary = nlohmann::json::parse(in);
-    result->env_name = summary.value("env", std::string());
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Internal(fmt::format("{}/summary.json of the serving learner: {}", serve_dir, e.what()));
-  }
-  std::ifstream in(serve_dir + "/episodes.jsonl");
-  if (!in) return Status::IoError(fmt::format("{}/episodes.jsonl: cannot read it", serve_dir));
-  int line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
+  // Each learner's counted episodes, and the env's name from the first one's summary.
+  for (auto& l : served) {
+    ServedEvalResult::Policy p;
+    p.name = l.name;
+    nlohmann::json summary;
     try {
-      const auto row = nlohmann::json::parse(line);
-      result->returns.push_back(row.at("return").get<double>());
-      result->lengths.push_back(row.at("length").get<double>());
+      std::ifstream in(l.serve_dir + "/summary.json");
+      summary = nlohmann::json::parse(in);
+      if (result->env_name.empty()) result->env_name = summary.value("env", std::string());
     } catch (const nlohmann::json::exception& e) {
-      return Status::InvalidArgument(fmt::format("{}/episodes.jsonl line {}: {}", serve_dir, line_no, e.what()));
+      return Status::Internal(fmt::format("{}/summary.json of {}: {}", l.serve_dir, l.what(), e.what()));
+    }
+    std::ifstream in(l.serve_dir + "/episodes.jsonl");
+    if (!in) return Status::IoError(fmt::format("{}/episodes.jsonl: cannot read it", l.serve_dir));
+    int line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      try {
+        const auto row = nlohmann::json::parse(line);
+        p.returns.push_back(row.at("return").get<double>());
+        p.lengths.push_back(row.at("length").get<double>());
+      } catch (const nlohmann::json::exception& e) {
+        return Status::InvalidArgument(fmt::format("{}/episodes.jsonl line {}: {}", l.serve_dir, line_no, e.what()));
+      }
+    }
+    if (!l.name.empty()) result->policies.push_back(p);
+    if (result->returns.empty() && result->lengths.empty()) {
+      result->returns = p.returns;
+      result->lengths = p.lengths;
     }
   }
   return Status::Ok();

@@ -1,4 +1,5 @@
-// Evaluation of a Python env's run (env.python), for farm-eval: the C++ tools cannot step a Python env, so the
+// Evaluation of a Python env's run (env.python), for farm-eval (a run with several policies: one serving learner
+// per policy, the worker's agents mapped to them, each policy's episodes counted by its learner): the C++ tools cannot step a Python env, so the
 // run's policy is served by `farm-learner --serve RUN_DIR` with learner.eval_episodes=N, and one `farm-worker`
 // (which execs the Python worker) steps K fresh envs against it; the learner writes the counted episodes to its
 // run directory's episodes.jsonl (learner/run/eval_episodes.h: the same quota per env as farm-eval's C++ path)
@@ -34,12 +35,24 @@ struct ServedEvalOptions {
   int64_t max_steps = 0;    // the learner's total_env_steps
   bool sample = false;
   std::vector<std::string> overrides;  // the user's --set, for both
+  // A run with several policies (its config's `policies`): one serving learner per policy, for run_dir/NAME, and
+  // the worker acting for each agent with its policy's; empty: run_dir's one policy.
+  std::vector<std::string> policies;
+  // Overrides for one policy's serving learner only, as "NAME:key=value" (e.g. prey:learner.random_actions=true,
+  // the prey acting uniformly at random).
+  std::vector<std::string> policy_overrides;
 };
 
 struct ServedEvalResult {
-  std::vector<double> returns;
+  std::vector<double> returns;  // a run with several policies: the first policy's (each policy's in `policies`)
   std::vector<double> lengths;
   std::string env_name;  // from the worker's Hello (the serving learner's summary.json)
+  struct Policy {
+    std::string name;
+    std::vector<double> returns;  // the mean over the policy's agents of their summed rewards, per episode
+    std::vector<double> lengths;
+  };
+  std::vector<Policy> policies;  // with several policies, in the config's order
 };
 
 Status RunServedEval(const ServedEvalOptions& options, ServedEvalResult* result);

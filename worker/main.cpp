@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   bool check_python = false;
   bool python_checked = false;
   app.add_option("--config", config_path, "YAML config file (the learner's)")->check(CLI::ExistingFile);
-  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555 (required unless --check-python)");
+  app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555 (required unless --check-python); with the config's "
+                 "policies, NAME=ENDPOINT for each, comma-separated");
   app.add_option("--index", index, "this worker's index (seeds and identity)")->check(CLI::NonNegativeNumber);
   app.add_option("--set", overrides, "override a config key: --set env.num_envs=64");
   app.add_option("--stats-file", stats_file, "write this worker's statistics (JSON) here at exit");

@@ -18,11 +18,49 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 extern char** environ;
 
 namespace farm {
+
+namespace {
+
+// --policy NAME ENDPOINT PATTERNS for each of config.policies, from "NAME=ENDPOINT,NAME=ENDPOINT".
+Status PolicyLearnerArgs(const FarmConfig& config, const std::string& endpoints, std::vector<std::string>* out) {
+  std::map<std::string, std::string> by_name;
+  std::vector<std::string> names;
+  for (const auto& p : config.policies) names.push_back(p.name);
+  const auto expected = [&] {
+    return fmt::format("expected NAME=ENDPOINT for each of the config's policies ({}), comma-separated",
+                       fmt::join(names, ", "));
+  };
+  if (endpoints.empty()) {  // farm-worker --check-python: no learner to name yet
+    for (const auto& n : names) by_name.emplace(n, "");
+  }
+  std::stringstream ss(endpoints);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument(fmt::format("--learner: '{}': {}", item, expected()));
+    const std::string name = item.substr(0, eq);
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      return Status::InvalidArgument(fmt::format("--learner: no policy '{}' in the config; {}", name, expected()));
+    if (!by_name.emplace(name, item.substr(eq + 1)).second)
+      return Status::InvalidArgument(fmt::format("--learner: policy '{}' given twice; {}", name, expected()));
+  }
+  out->clear();
+  for (const auto& p : config.policies) {
+    const auto it = by_name.find(p.name);
+    if (it == by_name.end())
+      return Status::InvalidArgument(fmt::format("--learner: no endpoint for policy '{}'; {}", p.name, expected()));
+    out->insert(out->end(), {"--policy", p.name, it->second, fmt::format("{}", fmt::join(p.agents, ","))});
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& learner_endpoint,
                         const std::string& stats_file, const std::vector<std::string>& search_dirs,
@@ -77,12 +115,13 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
     return Status::InvalidArgument(
         "env.python_interpreter: no interpreter chosen (empty means automatic: ChoosePythonInterpreter's choice "
         "goes here)");
-  std::vector<std::string> a = {env.python_interpreter,
-                                "-m",
-                                "farm_worker",
-                                "--learner",
-                                learner_endpoint,
-                                "--env-module",
+  std::vector<std::string> learner = {"--learner", learner_endpoint};
+  if (!config.policies.empty()) {
+    if (auto s = PolicyLearnerArgs(config, learner_endpoint, &learner); !s.ok()) return s;
+  }
+  std::vector<std::string> a = {env.python_interpreter, "-m", "farm_worker"};
+  a.insert(a.end(), learner.begin(), learner.end());
+  a.insert(a.end(), {"--env-module",
                                 spec,
                                 "--num-envs",
                                 std::to_string(env.num_envs),
@@ -95,7 +134,7 @@ Status PythonWorkerArgv(const FarmConfig& config, int index, const std::string& 
                                 "--give-up-s",
                                 fmt::format("{}", config.transport.worker_give_up_s),
                                 "--frame-stack",
-                                std::to_string(env.frame_stack)};
+                                std::to_string(env.frame_stack)});
   if (!sys_path.empty()) a.insert(a.end(), {"--sys-path", sys_path});
   if (env.normalize_obs || env.normalize_reward) {
     if (env.normalize_obs) a.push_back("--normalize-obs");

@@ -17,6 +17,8 @@
 namespace farm {
 
 // argv for execvp (argv[0] is env.python_interpreter, which must be set: ChoosePythonInterpreter's choice).
+// With config.policies, `learner_endpoint` is "NAME=ENDPOINT,NAME=ENDPOINT", one per policy, and the worker gets
+// --policy NAME ENDPOINT PATTERNS for each; InvalidArgument naming a policy without an endpoint or an unknown one.
 // InvalidArgument naming env.python when it is not MODULE:FACTORY, or when a .py file it names is not found. A .py
 // path is looked for where the run found it (env.python_found, and where that is now if the run directory moved),
 // then, relative, in the current directory, beside the config file and in each of `search_dirs` in order

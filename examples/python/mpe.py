@@ -44,6 +44,15 @@ def make_speaker_listener():
     return pad_agents(simple_speaker_listener_v4.parallel_env(max_cycles=25, continuous_actions=False))
 
 
+def make_speaker_listener_apart():
+    """simple_speaker_listener_v4 as PettingZoo builds it, each agent with its own spaces (speaker: observation 3,
+    3 actions; listener: observation 11, 5 actions), for a policy of its own per agent (farm_worker.policies:
+    `--policy speaker ... speaker_0 --policy listener ... listener_0`)."""
+    from pettingzoo.mpe import simple_speaker_listener_v4
+
+    return simple_speaker_listener_v4.parallel_env(max_cycles=25, continuous_actions=False)
+
+
 def _opponent():
     """The other team's policy: MPE_OPPONENT (an exported policy's path), else uniformly random."""
     return os.environ.get("MPE_OPPONENT") or "random"
@@ -60,6 +69,16 @@ def _tag():
 
     return simple_tag_v3.parallel_env(num_good=1, num_adversaries=3, num_obstacles=2, max_cycles=25,
                                       continuous_actions=False)
+
+
+def make_adversary():
+    """simple_adversary_v3 with both teams, for a policy per team (mpe_adversary_policies.yaml)."""
+    return _adversary()
+
+
+def make_tag():
+    """simple_tag_v3 with both teams, for a policy per team (mpe_tag_policies.yaml)."""
+    return _tag()
 
 
 def make_adversary_good():

@@ -36,7 +36,41 @@ void FlattenYaml(const YAML::Node& node, const std::string& prefix, std::map<std
   (*out)[prefix] = e.c_str();
 }
 
+// Creates *path, or, when it is taken, *path-2, *path-3, ... (set to the one made). The default directory is named
+// to the second: a second run started within it gets "-2", "-3", ... rather than the same directory. mkdir decides,
+// so two learners starting at once cannot both take one name.
+Status MakeFreshDirectory(std::string* path) {
+  std::error_code ec;
+  const std::string parent = std::filesystem::path(*path).parent_path().string();
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", parent, ec.message()));
+  const std::string base = *path;
+  for (int n = 2; !std::filesystem::create_directory(*path, ec); ++n) {
+    if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", *path, ec.message()));
+    *path = fmt::format("{}-{}", base, n);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status PlanPolicies(const FarmConfig& config, std::string* run_dir) {
+  std::string path = config.run_dir;
+  std::error_code ec;
+  if (path.empty()) {
+    path = fmt::format("runs/{}-{}", config.name, Timestamp());
+    if (auto s = MakeFreshDirectory(&path); !s.ok()) return s;
+  } else {
+    std::filesystem::create_directories(path, ec);
+    if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", path, ec.message()));
+  }
+  FarmConfig recorded = config;
+  recorded.run_dir = std::filesystem::absolute(path, ec).lexically_normal().string();
+  recorded.learner.resume = false;
+  if (auto s = WriteFileAtomic(recorded.run_dir + "/config.yaml", DumpConfig(recorded)); !s.ok()) return s;
+  *run_dir = recorded.run_dir;
+  return Status::Ok();
+}
 
 std::vector<std::string> ConfigChanges(const std::string& before, const std::string& after) {
   std::map<std::string, std::string> a, b;
@@ -85,16 +119,7 @@ Status RunDir::Open(const FarmConfig& config, std::unique_ptr<RunDir>* out) {
   d->path_ = config.run_dir.empty() ? fmt::format("runs/{}-{}", config.name, Timestamp()) : config.run_dir;
   std::error_code ec;
   if (config.run_dir.empty() && !config.learner.resume) {
-    // The default directory is named to the second: a second run started within it gets "-2", "-3", ... rather
-    // than the same directory. mkdir decides, so two learners starting at once cannot both take one name.
-    const std::string parent = std::filesystem::path(d->path_).parent_path().string();
-    std::filesystem::create_directories(parent, ec);
-    if (ec) return Status::IoError(fmt::format("{}: cannot create directory: {}", parent, ec.message()));
-    const std::string base = d->path_;
-    for (int n = 2; !std::filesystem::create_directory(d->path_, ec); ++n) {
-      if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", d->path_, ec.message()));
-      d->path_ = fmt::format("{}-{}", base, n);
-    }
+    if (auto s = MakeFreshDirectory(&d->path_); !s.ok()) return s;
   }
   std::filesystem::create_directories(d->checkpoints(), ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create run directory: {}", d->path_, ec.message()));

@@ -41,6 +41,12 @@ class RunDir {
   std::unique_ptr<DirectoryLock> lock_;  // run_dir/learner.lock, held for this learner's life
 };
 
+// A run with several policies (config.policies), before its learners start: creates its directory (run_dir, or
+// runs/<name>-<time>, then -2, -3, ... when taken) and writes the run's config.yaml there (run_dir absolute), which
+// each policy's learner then reads (farm-learner --policy NAME, run directory run_dir/NAME). Sets *run_dir to the
+// directory's absolute path.
+Status PlanPolicies(const FarmConfig& config, std::string* run_dir);
+
 // The keys whose values differ between two dumped configs, as "key: before -> after" (run_dir, learner.resume and
 // env.python_found, which resuming itself sets, left out).
 std::vector<std::string> ConfigChanges(const std::string& before, const std::string& after);

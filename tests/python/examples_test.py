@@ -2,8 +2,10 @@
 tests/python_examples_test.sh; no training):
 
 1. every examples/python/*.yaml: its env.python factory, loaded as farm-worker loads it, builds a PythonWorker with
-   the config's num_envs and num_groups (the MPE examples only where PettingZoo is importable); each group is reset with the worker's seeds and stepped with random actions:
-   observations of the declared shape, finite and within the declared bounds, finite rewards;
+   the config's num_envs and num_groups (the MPE examples only where PettingZoo is importable; a config with
+   policies: a MultiPolicyWorker with its policies' agent patterns, each policy's rows checked); each group is reset
+   with the worker's seeds and stepped with random actions: observations of the declared shape, finite and within
+   the declared bounds, finite rewards;
 2. memory_cue_np.py (a vectorised delayed cue, MemoryCue-v0's rules): through the worker's group, the cue shows at
    step 0 only, episodes are delay + 1 steps, the answer pays 1 exactly when it is the cue, a remembering policy is
    always right and a memoryless one (always 0) about 1 / choices of the time; same seeds, same episodes; bad
@@ -39,6 +41,18 @@ def config_keys(path):
     return key("python"), int(key("num_envs")), int(key("num_groups"))
 
 
+def config_policies(path):
+    """The policies of an example's config as (name, [patterns]) (the flow or block lists these examples use)."""
+    text = open(path).read()
+    block = re.search(r"^policies:\n((?:[ \t]+.*\n|\n)*)", text, re.M)
+    if not block:
+        return []
+    names = re.findall(r"name:\s*([\w.-]+)", block.group(1))
+    agents = [re.findall(r'"([^"]+)"|([\w*?.-]+)', a) for a in re.findall(r"agents:\s*\[([^\]]*)\]", block.group(1))]
+    assert names and len(names) == len(agents), (path, names, agents)
+    return [(n, [x or y for x, y in a]) for n, a in zip(names, agents)]
+
+
 def random_actions(space, rows, rng):
     if isinstance(space, fw.Discrete):
         return rng.integers(0, space.n, rows) + space.start
@@ -54,8 +68,14 @@ for config in configs:
     module, num_envs, num_groups = config_keys(config)
     path, _, attr = module.partition(":")
     factory = fw.load_factory(os.path.join(root, path) + ":" + attr)
+    policies = config_policies(config)
     try:
-        w = fw.PythonWorker([factory] * num_envs, "tcp://127.0.0.1:1", num_groups=num_groups, seed=1, index=0)
+        if policies:
+            from farm_worker.policies import MultiPolicyWorker, PolicySpec
+            w = MultiPolicyWorker([factory] * num_envs, [PolicySpec(n, "tcp://127.0.0.1:1", a) for n, a in policies],
+                                  num_groups=num_groups, seed=1, index=0)
+        else:
+            w = fw.PythonWorker([factory] * num_envs, "tcp://127.0.0.1:1", num_groups=num_groups, seed=1, index=0)
     except ModuleNotFoundError as e:
         # PettingZoo's MPE examples need PettingZoo and Gymnasium, which are not Debian packages
         # (scripts/prepare_mpe.sh puts them on PYTHONPATH): stepped when they are there.
@@ -68,19 +88,25 @@ for config in configs:
         episodes = 0
         for g, group in enumerate(w.groups):
             base = mix_seed(1, g)
-            obs, _ = group.reset(seed=[env_seed(base, i) for i in range(group.num_envs)])
-            box = group.observation_space
-            low = np.asarray(box.low, np.float32).reshape(box.shape)
-            high = np.asarray(box.high, np.float32).reshape(box.shape)
+            group.reset(seed=[env_seed(base, i) for i in range(group.num_envs)])
+            views = group.views if policies else [group]  # each policy's rows, or the one group's
             for t in range(40):
-                assert obs.dtype == np.float32 and obs.shape == (group.rows,) + box.shape, (config, obs.shape)
-                assert np.isfinite(obs).all() and (obs >= low).all() and (obs <= high).all(), (config, t)
-                obs, reward, terminated, truncated, info = group.step(random_actions(group.action_space, group.rows,
-                                                                                  rng))
-                assert reward.shape == (group.rows,) and np.isfinite(reward).all(), (config, t)
-                episodes += len(info["episodes"])
-        print(f"{os.path.relpath(config, root)}: {w.num_envs} envs in {num_groups} groups of {w.env_name}, "
-              f"observation {list(w.groups[0].observation_space.shape)}, {episodes} episodes in 40 steps a group: ok")
+                for v in views:
+                    box = v.observation_space
+                    low = np.asarray(box.low, np.float32).reshape(box.shape)
+                    high = np.asarray(box.high, np.float32).reshape(box.shape)
+                    assert v.obs.dtype == np.float32 and v.obs.shape == (v.rows,) + box.shape, (config, v.obs.shape)
+                    assert np.isfinite(v.obs).all() and (v.obs >= low).all() and (v.obs <= high).all(), (config, t)
+                actions = [random_actions(v.action_space, v.rows, rng) for v in views]
+                infos = group.step(actions) if policies else [group.step(actions[0])[4]]
+                for v, info in zip(views, infos):
+                    assert v.reward.shape == (v.rows,) and np.isfinite(v.reward).all(), (config, t)
+                episodes += len(infos[0]["episodes"])
+        first = w.channels if policies else [w]
+        shapes = ", ".join(f"{getattr(c.groups[0], 'name', 'observation')} {list(c.groups[0].observation_space.shape)}"
+                           for c in first)
+        print(f"{os.path.relpath(config, root)}: {num_envs} envs in {num_groups} groups of "
+              f"{first[0].env_name}, {shapes}, {episodes} episodes in 40 steps a group: ok")
     finally:
         w.close()
 

@@ -9,7 +9,8 @@ are done as farm-worker does them. docs/ENVIRONMENTS.md, "Python environments".
 Modules: worker (PythonWorker, the protocol), groups (numpy env groups), vector (the pure-Python path), normalizer
 and numpy_normalizer, spaces, wire (messages, seeds, bytes), cli (farm-worker-py),
 pad_agents (agents of different spaces, padded for one shared policy), opponents (play_against: some agents acting by a
-fixed policy inside the env: random, a callable or an exported one).
+fixed policy inside the env: random, a callable or an exported one), policies (several policies in one env, each
+served by a learner of its own; imported on its own: it needs numpy).
 """
 from .errors import LearnerTimeout, ProtocolError, WorkerError
 from .pad_agents import PaddedAgents, pad_agents

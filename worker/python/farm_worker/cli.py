@@ -31,7 +31,6 @@ from typing import Any, Callable, Optional, Sequence
 
 from .errors import WorkerError
 from .normalizer import NormalizerOptions
-from .policies import MultiPolicyWorker, PolicySpec
 from .worker import PythonWorker
 
 
@@ -162,6 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.path.insert(0, os.path.abspath(args.sys_path))
         factory = load_factory(args.env_module)
         if args.policy:
+            from .policies import MultiPolicyWorker, PolicySpec  # numpy: imported only for several policies
             if args.frame_stack != 1 or args.no_numpy:
                 raise WorkerError("--policy: several policies step their envs on the numpy path without frame "
                                   "stacking (drop --frame-stack and --no-numpy)")
@@ -195,7 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rc = 0
     try:
         stats = worker.run()
-        if isinstance(worker, MultiPolicyWorker):
+        if args.policy:
             for c, (name, st) in zip(worker.channels, stats.items()):
                 print(f"{prog}: policy {name}: {c.identity.decode(errors='replace')} done: {st.env_steps} env steps, "
                       f"{st.episodes} episodes ({st.stop_reason})", file=sys.stderr)
@@ -213,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         worker.close()
     if args.stats_file:
         with open(args.stats_file, "w") as f:
-            if isinstance(worker, MultiPolicyWorker):
+            if args.policy:
                 out = {"index": args.index, "policies": {}}
                 for spec, c in zip(worker.policies, worker.channels):
                     out["policies"][spec.name] = dict(c.stats.as_dict(), identity=c.identity.decode(errors="replace"))

@@ -38,7 +38,7 @@ from .normalizer import NormalizerOptions
 from .spaces import as_space
 from .vector import env_style
 from .wire import env_seed, mix_seed
-from .worker import PythonWorker, WorkerStats
+from .worker import PythonWorker, WorkerStats, _instance_counter
 
 
 class PolicySpec:
@@ -290,6 +290,8 @@ class MultiPolicyWorker:
         self.groups = [MultiPolicyGroup(made[g * size:(g + 1) * size], policies) for g in range(num_groups)]
         self.policies = policies
         self.seed = int(seed)
+        self.index = next(_instance_counter) if index is None else int(index)  # one for every connection
+        index = self.index
         self.channels: List[PythonWorker] = []
         for k, p in enumerate(policies):
             self.channels.append(PythonWorker(
@@ -303,9 +305,9 @@ class MultiPolicyWorker:
             c = self.channels[-1]
             if worker_id is None:
                 c.identity = c._base_identity = c.identity + f"-{p.name}".encode()
-        self.index = self.channels[0].index
         self._pending: List[List[Any]] = [[None] * len(policies) for _ in self.groups]
         self._stop_requested = False
+        self._linger_ms = 0
 
     @property
     def stats(self) -> Dict[str, WorkerStats]:
@@ -409,6 +411,8 @@ class MultiPolicyWorker:
                         for other in self.channels:
                             if other is not c:
                                 other.stats.stop_reason = f"policy {p.name!r} stopped: {msg.stop.reason}"
+                        # The others still get the requests already queued for them (an evaluation's last episodes).
+                        self._linger_ms = 2000
                         return self.stats
                     elif kind == "error" and msg.error.code == c.pb.Error.UNKNOWN_WORKER:
                         if not self._reconnect(f"of policy {p.name!r} does not know this worker "
@@ -432,7 +436,7 @@ class MultiPolicyWorker:
             elapsed = time.monotonic() - start
             for c in self.channels:
                 c.stats.seconds = elapsed
-                c._close()
+                c._close(self._linger_ms)
 
     def close(self) -> None:
         for g in self.groups:

@@ -313,12 +313,13 @@ class PythonWorker:
                 raise WorkerError(f"the ZMTP handshake with the learner at {self.endpoint} failed: "
                                   f"protocol error {value:#x}")
 
-    def _close(self):
+    def _close(self, linger_ms: int = 0):
+        """linger_ms: how long messages still queued may take to leave (0: dropped)."""
         if self._monitor is not None:
             self._monitor.close(linger=0)  # before the context ends, or term() waits for it
             self._monitor = None
         if self._sock is not None:
-            self._sock.close(linger=0)
+            self._sock.close(linger=linger_ms)
             self._sock = None
         if self._ctx is not None:
             self._ctx.term()
