@@ -397,6 +397,12 @@ Status PolicyRunConfig(const FarmConfig& run, const std::string& name, FarmConfi
           "{}: a policy may set ppo.*, learner.* and batcher.* keys; the env, the transport and the run's own keys "
           "are every policy's",
           where));
+    if (key == "learner.eval_episodes" || key == "learner.resume" || key == "learner.init_from" ||
+        key == "learner.train")
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} is the run's (evaluation and resuming take every policy together); a policy's own start is its "
+          "init_from and trainable",
+          where, key));
     try {
       Apply(OverrideNode(text), &c);
     } catch (const ConfigError& e) {
@@ -408,6 +414,14 @@ Status PolicyRunConfig(const FarmConfig& run, const std::string& name, FarmConfi
   c.name = run.name + "-" + name;
   if (!it->trainable) c.learner.train = false;
   if (!it->init_from.empty()) c.learner.init_from = it->init_from;
+  // The workers normalise every policy's rows with the run's ppo.gamma and send statistics every
+  // ppo.rollout_length requests.
+  if ((c.env.normalize_obs || c.env.normalize_reward) &&
+      (c.ppo.gamma != run.ppo.gamma || c.ppo.rollout_length != run.ppo.rollout_length))
+    return Status::InvalidArgument(fmt::format(
+        "policy '{}': with env.normalize_obs or env.normalize_reward, ppo.gamma and ppo.rollout_length are the run's "
+        "(the workers normalise every policy's rows alike): the policy has {} and {}, the run {} and {}",
+        name, c.ppo.gamma, c.ppo.rollout_length, run.ppo.gamma, run.ppo.rollout_length));
   if (auto s = ValidateConfig(c); !s.ok())
     return Status::InvalidArgument(fmt::format("policy '{}': {}", name, s.message()));
   *out = std::move(c);

@@ -337,6 +337,13 @@ TEST_CASE("policies: a bad entry is named with what was expected", "[config][pol
   refused([](FarmConfig& c) { c.policies[0].set = {"ppo.lrr=1"}; }, {"policies[0] (speaker)", "ppo.lrr", "unknown key"});
   refused([](FarmConfig& c) { c.policies[0].set = {"ppo.fused_update=on", "learner.device=cpu", "ppo.value_norm=running"}; },
           {"policy 'speaker'", "ppo.value_norm=running"});
+  refused([](FarmConfig& c) { c.policies[1].set = {"learner.eval_episodes=10"}; },
+          {"policies[1] (listener).set 'learner.eval_episodes=10'", "the run's"});
+  // With normalisation the workers use the run's gamma and rollout length for every policy.
+  refused([](FarmConfig& c) { c.env.normalize_reward = true; c.policies[0].set = {"ppo.gamma=0.9"}; },
+          {"policy 'speaker'", "ppo.gamma and ppo.rollout_length are the run's", "0.9"});
+  refused([](FarmConfig& c) { c.env.normalize_obs = true; c.policies[0].set = {"ppo.core=gru"}; },
+          {"policy 'speaker'", "128"});  // the core's default rollout length
   refused([](FarmConfig& c) { c.policies[1].name = "speaker"; }, {"policies[1].name", "'speaker' is given twice"});
   refused([](FarmConfig& c) { c.policies[0].name = "a/b"; }, {"policies[0].name", "'a/b'"});
   refused([](FarmConfig& c) { c.policies[0].agents.clear(); }, {"policies[0] (speaker).agents"});

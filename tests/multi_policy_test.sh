@@ -105,16 +105,20 @@ for i in (0, 1):
     assert steps["talk"] == steps["hear"] > 0, steps  # every env step is both policies'
 print("ok: two policies of different spaces trained by their own learners")
 PY
-# The same kind of run from a config with policies, as users start it: scripts/farm run starts one learner per
-# policy (run directories RUN/talk and RUN/hear, the listeners' network from its own `set`) and the workers; then
-# --resume RUN continues both policies from their checkpoints.
-cat > "$tmp/signals.yaml" <<EOF
+# The same kind of run from a config with policies, as users start it, from a project folder of their own (the
+# env's file beside the config, named relative to it; started from another directory): scripts/farm run starts one
+# learner per policy (run directories RUN/talk and RUN/hear, the listeners' network from its own `set`) and the
+# workers; the run directory is then moved, and --resume from where it is now continues both policies from their
+# checkpoints.
+mkdir -p "$tmp/project" "$tmp/elsewhere"
+cp "$root/tests/python/signals_env.py" "$tmp/project/"
+cat > "$tmp/project/signals.yaml" <<EOF
 name: signals
 seed: 2
 total_env_steps: 20000
-run_dir: $tmp/farm_run
+run_dir: $tmp/first_place
 env:
-  python: $root/tests/python/signals_env.py:make
+  python: signals_env.py:make
   num_envs: 8
   num_groups: 2
 learner: {min_workers: 2, checkpoint_every: 20, progress_interval_s: 5}
@@ -125,16 +129,21 @@ policies:
 EOF
 export FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$build_dir"
 rc=0
-"$root/scripts/farm" run "$tmp/signals.yaml" --workers 2 --set "env.python_interpreter=$py" > "$tmp/farm_run.log" 2>&1 || rc=$?
+(cd "$tmp/elsewhere" && "$root/scripts/farm" run ../project/signals.yaml --workers 2 --set "env.python_interpreter=$py") \
+  > "$tmp/farm_run.log" 2>&1 || rc=$?
 [ "$rc" -eq 0 ] || { tail -n 30 "$tmp/farm_run.log" >&2; echo "FAIL: scripts/farm run with policies: status $rc" >&2; exit 1; }
+mv "$tmp/first_place" "$tmp/farm_run"
 rc=0
-"$root/scripts/farm" run --resume "$tmp/farm_run" --workers 2 --set total_env_steps=30000 > "$tmp/farm_resume.log" 2>&1 || rc=$?
+(cd "$tmp/elsewhere" && "$root/scripts/farm" run --resume ../farm_run --workers 2 --set total_env_steps=30000) \
+  > "$tmp/farm_resume.log" 2>&1 || rc=$?
 [ "$rc" -eq 0 ] || { tail -n 30 "$tmp/farm_resume.log" >&2; echo "FAIL: scripts/farm run --resume with policies: status $rc" >&2; exit 1; }
 "$py" - "$tmp" <<'PY'
 import json, os, re, sys
 tmp = sys.argv[1]
 run = os.path.join(tmp, "farm_run")
-assert "policies:" in open(os.path.join(run, "config.yaml")).read()
+assert not os.path.exists(os.path.join(tmp, "first_place")), "resumed where the run was, not where it is"
+recorded = open(os.path.join(run, "config.yaml")).read()
+assert "policies:" in recorded and f'python: "{tmp}/project/signals_env.py:make"' in recorded, recorded
 resume_log = open(os.path.join(tmp, "farm_resume.log")).read()
 for name, best, hidden in (("talk", 10.0, "[64, 64]"), ("hear", 8.0, "[32]")):
     s = json.load(open(os.path.join(run, name, "summary.json")))

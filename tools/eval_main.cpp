@@ -128,15 +128,16 @@ int main(int argc, char** argv) {
     const std::filesystem::path dir = std::filesystem::absolute(run_dir).lexically_normal();
     const std::filesystem::path base = dir.filename().empty() ? dir.parent_path() : dir;
     std::error_code ec;
-    farm::FarmConfig whole;
+    farm::FarmConfig up;
     const std::string parent = (base.parent_path() / "config.yaml").string();
-    if (std::filesystem::is_regular_file(parent, ec) && farm::LoadConfig(parent, {}, &whole).ok() &&
-        std::any_of(whole.policies.begin(), whole.policies.end(),
+    if (std::filesystem::is_regular_file(parent, ec) && farm::LoadConfig(parent, {}, &up).ok() &&
+        std::any_of(up.policies.begin(), up.policies.end(),
                     [&](const farm::PolicyConfig& p) { return p.name == base.filename().string(); }))
       return Fail(fmt::format(
           "{} is one policy of a run with several policies ({} of them): evaluate them together, each acting for its "
           "own agents: farm-eval {}",
-          run_dir, whole.policies.size(), base.parent_path().string()));
+          run_dir, up.policies.size(), base.parent_path().string()));
+    farm::FarmConfig whole;
     const std::string here = (base / "config.yaml").string();
     if (std::filesystem::is_regular_file(here, ec) && farm::LoadConfig(here, overrides, &whole).ok() &&
         !whole.policies.empty()) {

@@ -258,16 +258,17 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
     std::string name;  // the policy's; empty: the run's one policy
     std::string run_dir, serve_dir, endpoint_file, log, endpoint;
     std::unique_ptr<Child> child;
+    bool termed = false;  // sent SIGTERM after the worker's end (several policies): its status is not a failure
     std::string what() const { return name.empty() ? "the serving learner" : "the serving learner of policy " + name; }
   };
   std::vector<Served> served;
   if (o.policies.empty()) {
     served.push_back({"", o.run_dir, tmp.path() + "/serve", tmp.path() + "/endpoint", tmp.path() + "/learner.log", "",
-                      nullptr});
+                      nullptr, false});
   } else {
     for (const auto& name : o.policies)
       served.push_back({name, o.run_dir + "/" + name, tmp.path() + "/serve-" + name, tmp.path() + "/endpoint-" + name,
-                        tmp.path() + "/learner-" + name + ".log", "", nullptr});
+                        tmp.path() + "/learner-" + name + ".log", "", nullptr, false});
   }
   const std::vector<std::string> common_sets = {"seed=" + std::to_string(o.seed)};
   for (auto& l : served) {
@@ -327,10 +328,11 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
     return s;
 
   // Until every learner stops (N episodes, --max-steps, or a failure). The worker may end first: after a
-  // learner's Stop (status 0), the learners are then finishing their summaries (with several policies, each counts
-  // the same episodes and stops by itself; one still running 60 s later is sent SIGTERM, and 30 s after that it
-  // fails the evaluation); a worker that fails (non-zero) fails the evaluation at once (the learners would wait for
-  // workers that never come).
+  // learner's Stop (status 0), the learners are then finishing their summaries. With several policies each counts the
+  // same episodes and stops by itself; one still running 60 s after the worker's end (it missed the last episodes)
+  // is sent SIGTERM and reports what it counted, and 30 s after that it fails the evaluation. With one, a learner
+  // still running 60 s after the worker's end fails it. A worker that fails (non-zero) fails the evaluation at once
+  // (the learners would wait for workers that never come).
   const auto all_reaped = [&] {
     bool all = true;
     for (auto& l : served) all = l.child->Reap() && all;
@@ -342,9 +344,12 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
     const auto ev = events.Wait(learner_deadline);
     if (ev.terminate) return terminated(ev.terminate);
     if (ev.timeout) {
-      if (!termed && worker->Reap() && worker->ok()) {
-        for (auto& l : served)
-          if (!l.child->Reap()) l.child->Signal(SIGTERM);
+      if (!termed && !o.policies.empty() && worker->Reap() && worker->ok()) {
+        for (auto& l : served) {
+          if (l.child->Reap()) continue;
+          l.child->Signal(SIGTERM);
+          l.termed = true;
+        }
         termed = true;
         learner_deadline = Clock::now() + std::chrono::seconds(30);
         continue;
@@ -373,7 +378,7 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
     }
   }
   for (auto& l : served)
-    if (!l.child->ok() && !termed) return Status::Internal(l.what() + " failed: " + l.child->Describe());
+    if (!l.child->ok() && !l.termed) return Status::Internal(l.what() + " failed: " + l.child->Describe());
   if (!worker->ok()) return Status::Internal("the worker failed: " + worker->Describe());
 
   // Each learner's counted episodes, and the env's name from the first one's summary.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "common/config_files.h"
 #include "learner/run/checkpoint.h"
 
 namespace farm {
@@ -67,6 +68,20 @@ Status PlanPolicies(const FarmConfig& config, std::string* run_dir) {
   FarmConfig recorded = config;
   recorded.run_dir = std::filesystem::absolute(path, ec).lexically_normal().string();
   recorded.learner.resume = false;
+  // The files it names, absolute, as a run directory's config.yaml has them (common/config_files.h): what starts
+  // from the run directory alone (--resume, eval) reads this copy, not the config beside its files.
+  if (auto s = ResolveLearnerFiles(&recorded, "", ""); !s.ok()) return s;
+  if (auto s = ResolveWorkerFiles(&recorded); !s.ok()) return s;
+  const auto colon = recorded.env.python.rfind(':');
+  if (colon != std::string::npos && colon > 0) {
+    const std::string module = recorded.env.python.substr(0, colon);
+    FileQuery q;
+    q.key = "env.python";
+    q.path = module;
+    std::string found;  // not found here: left as given (farm-worker also looks in the checkout it came from)
+    if (module.size() > 3 && module.compare(module.size() - 3, 3, ".py") == 0 && FindConfigFile(recorded, q, &found).ok())
+      recorded.env.python = found + recorded.env.python.substr(colon);
+  }
   if (auto s = WriteFileAtomic(recorded.run_dir + "/config.yaml", DumpConfig(recorded)); !s.ok()) return s;
   *run_dir = recorded.run_dir;
   return Status::Ok();

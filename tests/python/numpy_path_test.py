@@ -524,6 +524,13 @@ h = MultiPolicyGroup([Spy()], specs)
 h.reset(seed=1)
 h.step([np.array([2], np.int64), np.array([4, 3], np.int64)])
 assert seen == [{"speaker": 2, "listener_0": 4, "listener_1": 3}], seen
+# Every agent of one policy finishing while another policy's agents act on is refused by name.
+solo = [PolicySpec("talk", "", ["speaker"]), PolicySpec("hear", "", ["listener_0"]), PolicySpec("late", "", ["listener_1"])]
+g2 = MultiPolicyGroup([signals_env.Signals(early=2)], solo)
+g2.reset(seed=1)
+acts = [np.zeros(1, np.int64)] * 3
+g2.step(acts)
+expect_error(lambda: g2.step(acts), "every agent of policy 'late'", "not supported")
 # The worker: one connection per policy over that policy's views, identities per policy.
 w = MultiPolicyWorker([signals_env.make] * 4, specs, num_groups=2, worker_id="w7")
 assert [c.identity for c in w.channels] == [b"w7-talk", b"w7-hear"]

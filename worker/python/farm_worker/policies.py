@@ -17,6 +17,8 @@ or, on the command line, farm-worker-py --policy speaker tcp://host:5555 'speake
     critic), the final observations of its rows when the env is truncated, and its own episode returns (the mean
     over its agents of their summed rewards);
   * an env is stepped once every policy's actions for its group have arrived, so a slow learner slows the others;
+  * an agent may finish before its env (it is masked in its policy's update), but not every agent of a policy while
+    other policies' agents act on: that is refused by name (its learner would see its env end while it goes on);
   * a policy's learner that says Stop ends the worker (the env cannot go on without that policy's actions): the
     launcher stops the others; a learner that restarted or went silent makes the worker connect to every learner
     again under new identities, and the episodes start over.
@@ -222,6 +224,15 @@ class MultiPolicyGroup:
             rewards, team = agent_rewards(reward, was_active, e)
             row_term, row_trunc, active, env_end = step_ends(term, trunc, was_active)
             self._active[e] = active
+            if env_end is None:
+                for v in self.views:
+                    if not active[v.agent_indices].any():
+                        # Its learner would see the env end (every row of it flagged) while the env goes on.
+                        raise WorkerError(
+                            f"env {e}: every agent of policy {v.name!r} has finished while the env goes on (for "
+                            f"{[env.agents[i] for i in range(self.num_agents) if active[i]]}): a policy's agents "
+                            "finishing before their env is not supported; give them a policy together with agents "
+                            "that act on, or end the env with them")
             for v in self.views:
                 rows = slice(e * v.num_agents, (e + 1) * v.num_agents)
                 idx = v.agent_indices
