@@ -90,6 +90,11 @@ def agent_rewards(reward, was_active: np.ndarray, e: int):
     return out, (float(r[0]) if r.size == 1 else None)
 
 
+def env_reset_seed(seed, i: int):
+    """Env i's seed of a group's reset(seed): one per env (a list), a base (env i gets base + i), or None."""
+    return None if seed is None else (seed[i] if isinstance(seed, (list, tuple)) else seed + i)
+
+
 class _Group:
     """Buffers and episode bookkeeping shared by every style."""
 
@@ -152,6 +157,13 @@ class _Group:
         self._ep_length[ended] = 0
         return episodes
 
+    def _put_state(self, e: int, state, what: str) -> None:
+        """Env e's global state, when the group has one (the env must then return it)."""
+        if self.state is not None:
+            if state is None:
+                raise WorkerError(f"{what}: the env declares state_space but returned no state")
+            self._put(self.state[e], state, what)
+
     def _reset_bookkeeping(self) -> None:
         self.reward[:] = 0
         self.terminated[:] = 0
@@ -191,7 +203,7 @@ class GymGroup(_Group):
 
     def reset(self, seed=None):
         for i, env in enumerate(self.envs):
-            s = None if seed is None else (seed[i] if isinstance(seed, (list, tuple)) else seed + i)
+            s = env_reset_seed(seed, i)
             obs, _ = env.reset(seed=s)
             self._put(self.obs[i], obs, f"env {i}: reset's observation")
         self._reset_bookkeeping()
@@ -360,15 +372,9 @@ class ArrayGroup(_Group):
                               f"{self.num_agents} (one per agent)")
         return f.reshape(-1).astype(bool)
 
-    def _put_state(self, e: int, state, what: str) -> None:
-        if self.state is not None:
-            if state is None:
-                raise WorkerError(f"{what}: the env declares state_space but returned no state")
-            self._put(self.state[e], state, what)
-
     def reset(self, seed=None):
         for i, env in enumerate(self.envs):
-            s = None if seed is None else (seed[i] if isinstance(seed, (list, tuple)) else seed + i)
+            s = env_reset_seed(seed, i)
             obs, state = env.reset(seed=s)[:2]
             self._put(self.obs[self._rows(i)], obs, f"env {i}: reset's observations")
             self._put_state(i, state, f"env {i}: reset's state")

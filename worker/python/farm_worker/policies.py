@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from .errors import LearnerTimeout, ProtocolError, WorkerError, _StopRequested
-from .groups import _box_or_none, _Group, agent_rewards, step_ends, ParallelEnvAdapter
+from .groups import _box_or_none, _Group, agent_rewards, env_reset_seed, step_ends, ParallelEnvAdapter
 from .normalizer import NormalizerOptions
 from .spaces import as_space
 from .vector import env_style
@@ -188,15 +188,11 @@ class MultiPolicyGroup:
 
     def _put_state(self, e: int, state, what: str) -> None:
         for v in self.views:
-            if v.state is not None:
-                if state is None:
-                    raise WorkerError(f"{what}: the env declares state_space but returned no state")
-                v._put(v.state[e], state, what)
+            v._put_state(e, state, what)
 
     def reset(self, seed=None):
         for e, env in enumerate(self.envs):
-            s = None if seed is None else (seed[e] if isinstance(seed, (list, tuple)) else seed + e)
-            obs, state = env.reset(seed=s)[:2]
+            obs, state = env.reset(seed=env_reset_seed(seed, e))[:2]
             self._put_obs(e, obs, "reset's observations")
             self._put_state(e, state, f"env {e}: reset's state")
         for v in self.views:
@@ -319,6 +315,7 @@ class MultiPolicyWorker:
         self._pending: List[List[Any]] = [[None] * len(policies) for _ in self.groups]
         self._stop_requested = False
         self._linger_ms = 0
+        self._poller = None  # over every channel's socket; made anew after a reconnect (new sockets)
 
     @property
     def stats(self) -> Dict[str, WorkerStats]:
@@ -347,6 +344,7 @@ class MultiPolicyWorker:
     def _reconnect(self, why: str) -> bool:
         """Every policy's connection anew (new identities), then the episodes start over: a learner that lost this
         worker cannot take the others' steps in the middle of an episode."""
+        self._poller = None
         for c in self.channels:
             if not c._redial(why):
                 return False
@@ -366,11 +364,12 @@ class MultiPolicyWorker:
 
     def _wait(self, timeout_s: float) -> List[int]:
         """The channels with a message, after at most timeout_s; heartbeats to every learner due one."""
-        zmq = self.channels[0].zmq
-        poller = zmq.Poller()
-        for c in self.channels:
-            poller.register(c._sock, zmq.POLLIN)
-        ready = dict(poller.poll(int(timeout_s * 1000) + 1))
+        if self._poller is None:
+            zmq = self.channels[0].zmq
+            self._poller = zmq.Poller()
+            for c in self.channels:
+                self._poller.register(c._sock, zmq.POLLIN)
+        ready = dict(self._poller.poll(int(timeout_s * 1000) + 1))
         now = time.monotonic()
         for c in self.channels:
             if now - c._last_heartbeat >= c.heartbeat_s:
