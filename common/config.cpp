@@ -302,8 +302,8 @@ Status ValidatePolicies(const FarmConfig& c) {
   }
   if (c.learner.eval_episodes > 0)
     return Status::InvalidArgument(
-        "learner.eval_episodes: a run with several policies is evaluated policy by policy, each policy's learner "
-        "served with its own run directory");
+        "learner.eval_episodes: a run with several policies is evaluated by farm-eval RUN (scripts/farm eval RUN), "
+        "which serves every policy's checkpoint to the same envs and reports each policy's return; set it 0");
   FarmConfig probe = c;
   if (probe.run_dir.empty()) probe.run_dir = "runs/check";
   for (const auto& p : c.policies) {

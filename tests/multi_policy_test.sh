@@ -122,10 +122,10 @@ env:
   num_envs: 8
   num_groups: 2
 learner: {min_workers: 2, checkpoint_every: 20, progress_interval_s: 5}
-ppo: {rollout_length: 10, lr: 0.003}
+ppo: {rollout_length: 10, lr: 0.003, value_norm: running}
 policies:
   - {name: talk, agents: [speaker]}
-  - {name: hear, agents: ["listener_*"], set: ["ppo.hidden_sizes=[32]"]}
+  - {name: hear, agents: ["listener_*"], set: ["ppo.hidden_sizes=[32]", "ppo.value_norm=popart"]}
 EOF
 export FARM_SKIP_BUILD=1 FARM_BUILD_DIR="$build_dir"
 rc=0
@@ -133,6 +133,7 @@ rc=0
   > "$tmp/farm_run.log" 2>&1 || rc=$?
 [ "$rc" -eq 0 ] || { tail -n 30 "$tmp/farm_run.log" >&2; echo "FAIL: scripts/farm run with policies: status $rc" >&2; exit 1; }
 mv "$tmp/first_place" "$tmp/farm_run"
+for name in talk hear; do wc -l < "$tmp/farm_run/$name/metrics.jsonl" > "$tmp/$name.rows_before"; done
 rc=0
 (cd "$tmp/elsewhere" && "$root/scripts/farm" run --resume ../farm_run --workers 2 --set total_env_steps=30000) \
   > "$tmp/farm_resume.log" 2>&1 || rc=$?
@@ -154,7 +155,21 @@ for name, best, hidden in (("talk", 10.0, "[64, 64]"), ("hear", 8.0, "[32]")):
     # Resumed from its own checkpoint (about 20k env steps), not started over.
     m = re.search(rf"resumed {re.escape(run)}/{name}/checkpoints/ckpt-\d+\.pt: (\d+) env steps", resume_log)
     assert m and int(m.group(1)) >= 19000, (name, m and m.group(0))
-print("ok: scripts/farm run and --resume with policies")
+    # Each policy's value normaliser (talk: running, hear: popart) went on from its checkpoint: the resumed run's
+    # first update folds one batch into the saved statistics, where statistics started afresh would be that
+    # batch's alone (the returns grow from about 3 to 10 and 8 over the run).
+    spec = json.load(open(os.path.join(run, name, "policy_spec.json")))
+    assert spec.get("value_norm") is True, spec
+    rows = [json.loads(line) for line in open(os.path.join(run, name, "metrics.jsonl"))]
+    n = int(open(os.path.join(tmp, f"{name}.rows_before")).read())
+    first, last_before, first_after = rows[0], rows[n - 1], rows[n]
+    print(f"  value_norm_mean {first['value_norm_mean']:.2f} -> {last_before['value_norm_mean']:.2f}, resumed at "
+          f"{first_after['value_norm_mean']:.2f}; explained variance after resuming "
+          f"{first_after['explained_variance']:.2f}")
+    assert last_before["value_norm_mean"] > first["value_norm_mean"] > 0, (first, last_before)
+    assert abs(first_after["value_norm_mean"] - last_before["value_norm_mean"]) < \
+        0.1 * last_before["value_norm_mean"], (last_before["value_norm_mean"], first_after["value_norm_mean"])
+print("ok: scripts/farm run and --resume with policies and their value normalisers")
 PY
 # farm-eval on the run serves every policy's checkpoint to one worker and reports each policy's return (both at
 # their best: the speaker 10, the listeners 8); on one policy's directory it refuses, naming the run to evaluate.
