@@ -378,11 +378,12 @@ struct PpoConfig {
 
 // One policy of a run with several (the `policies:` list): the agents it acts for and trains, and how its learner
 // differs from the run's. Each policy is served and trained by a farm-learner of its own (PolicyRunConfig), with run
-// directory run_dir/NAME; the Python worker maps each agent to the first policy whose pattern matches its name
-// (worker/python/farm_worker/policies.py).
+// directory run_dir/NAME; the worker maps each agent to the first policy whose pattern matches its name (a C++
+// env's agents, and a Python array env's, are named by index: worker/policy_split.h,
+// worker/python/farm_worker/policies.py).
 struct PolicyConfig {
   std::string name;                 // letters, digits, '_', '-', '.'; unique in the run
-  std::vector<std::string> agents;  // agent names or fnmatch patterns ("adversary_*"); indices for array-style envs
+  std::vector<std::string> agents;  // agent names or fnmatch patterns ("adversary_*"); "0", "[0-4]" by index
   bool trainable = true;            // false: served only (learner.train false), e.g. a frozen opponent
   std::string init_from;            // a run directory (a policy's): start from its latest policy
   std::vector<std::string> set;     // this policy's learner's overrides, as --set: "ppo.lr=3e-4" (ppo, learner, batcher)

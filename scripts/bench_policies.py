@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Trains and evaluates a run with several policies (a config with `policies:`) over seeds: for each seed,
-`scripts/farm run CONFIG --set seed=S --set run_dir=RUNS_DIR/seedS`, then `farm-eval RUNS_DIR/seedS` (every policy's
-checkpoint served together, deterministic unless --sample). Prints one JSON object per seed and policy (training's
-last 100-episode mean, env steps/s, the median explained variance from update 20, eval mean and std), then each
-policy's medians, and writes them all to --out.
+"""Trains and evaluates a run with several policies (a config with `policies:`, or one given with --set policies=...)
+over seeds: for each seed, `scripts/farm run CONFIG --set seed=S --set run_dir=RUNS_DIR/seedS`, then `farm-eval
+RUNS_DIR/seedS` (every policy's checkpoint served together, deterministic unless --sample; --eval-set KEY=VALUE
+changes the evaluation's config only). Prints one JSON object per seed and policy (training's last 100-episode mean,
+env steps/s, the median explained variance from update 20, eval mean and std), then each policy's medians, and
+writes them all to --out. A config without policies is measured the same way (policy "", the run's one), to compare.
 
     scripts/bench_policies.py CONFIG [--seeds 1,2,3] [--workers 2] [--eval-episodes 200] [--sample]
-                              [--set key=value ...] [--runs-dir DIR] [--out FILE]
+                              [--set key=value ...] [--eval-set key=value ...] [--runs-dir DIR] [--out FILE]
 
 Needs a build (FARM_BUILD_DIR, default build/; FARM_SKIP_BUILD=1 is set for scripts/farm) and the env's modules on
 PYTHONPATH.
@@ -41,6 +42,7 @@ def main():
     p.add_argument("--eval-episodes", type=int, default=200)
     p.add_argument("--sample", action="store_true")
     p.add_argument("--set", action="append", default=[], dest="sets")
+    p.add_argument("--eval-set", action="append", default=[], dest="eval_sets")
     p.add_argument("--runs-dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -63,10 +65,11 @@ def main():
         cmd = [os.path.join(build, "tools", "farm-eval"), run, "--episodes", str(args.eval_episodes)]
         if args.sample:
             cmd.append("--sample")
+        cmd += [a for kv in args.eval_sets for a in ("--set", kv)]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if out.returncode != 0:
             raise SystemExit(f"bench_policies: seed {seed}: farm-eval failed: {out.stderr.strip()}")
-        evals = {r["policy"]: r for r in (json.loads(line) for line in out.stdout.splitlines() if line.strip())}
+        evals = {r.get("policy", ""): r for r in (json.loads(line) for line in out.stdout.splitlines() if line.strip())}
         for name, e in evals.items():
             s = json.load(open(os.path.join(run, name, "summary.json")))
             row = {"policy": name, "seed": seed, "env_steps": s["env_steps"], "wall_s": round(wall, 1),

@@ -5,8 +5,9 @@
 # their own. Each learner learns its policy's spaces from the handshake and trains it alone. Passes when each run
 # dir holds its own policy (its spec's spaces, its checkpoint), each policy's return beats the uniformly random
 # team's by far (speaker: random 3.3, best 10; listeners: random 1.6, best 8), the listeners' learner saw inactive
-# rows (listener_1 after it finished), and no protocol error; scripts/farm run and --resume start such a run from a
-# config's policies; a worker whose patterns leave an agent out is refused by name.
+# rows (listener_1 after it finished), and no protocol error; scripts/farm run and --resume (each policy's value
+# normaliser going on from its checkpoint) start such a run from a config's policies; a worker whose patterns leave
+# an agent out is refused by name.
 # Usage: multi_policy_test.sh BUILD_DIR
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"

@@ -1,5 +1,5 @@
-// farm-eval's path for a Python env's run: the serving learner and one worker as child processes
-// (tools/served_eval.h).
+// farm-eval's path for a Python env's run, and for a run with several policies: the serving learners and one worker
+// as child processes (tools/served_eval.h).
 #include "tools/served_eval.h"
 
 #include <fcntl.h>
@@ -270,7 +270,8 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
       served.push_back({name, o.run_dir + "/" + name, tmp.path() + "/serve-" + name, tmp.path() + "/endpoint-" + name,
                         tmp.path() + "/learner-" + name + ".log", "", nullptr, false});
   }
-  const std::vector<std::string> common_sets = {"seed=" + std::to_string(o.seed)};
+  // Whole episodes only: a run trained with env.decorrelate_episodes has it in its config.
+  const std::vector<std::string> common_sets = {"seed=" + std::to_string(o.seed), "env.decorrelate_episodes=false"};
   for (auto& l : served) {
     std::vector<std::string> argv = {o.learner_bin, "--serve", l.run_dir, "--endpoint-file", l.endpoint_file};
     const std::vector<std::string> learner_sets = {"run_dir=" + l.serve_dir,
@@ -309,8 +310,8 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
     }
   }
 
-  // One worker with K envs: farm-worker execs the Python worker for the run's env.python (with several policies,
-  // --learner NAME=ENDPOINT for each).
+  // One worker with K envs: farm-worker steps the run's C++ env, or execs the Python worker for its env.python (with
+  // several policies, --learner NAME=ENDPOINT for each).
   std::string learner_arg;
   for (const auto& l : served)
     learner_arg += (learner_arg.empty() ? "" : ",") + (l.name.empty() ? l.endpoint : l.name + "=" + l.endpoint);
@@ -322,7 +323,7 @@ Status RunServedEval(const ServedEvalOptions& o, ServedEvalResult* result) {
   AddSets(o.overrides, &worker_argv);
   AddSets(worker_sets, &worker_argv);
   std::unique_ptr<Child> worker;
-  if (auto s = Child::Start("farm-worker (the Python env's worker)", worker_argv, tmp.path() + "/worker.log",
+  if (auto s = Child::Start("farm-worker", worker_argv, tmp.path() + "/worker.log",
                             events.mask(), &worker);
       !s.ok())
     return s;

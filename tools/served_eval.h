@@ -1,11 +1,11 @@
-// Evaluation of a Python env's run (env.python), for farm-eval (a run with several policies: one serving learner
-// per policy, the worker's agents mapped to them, each policy's episodes counted by its learner): the C++ tools cannot step a Python env, so the
-// run's policy is served by `farm-learner --serve RUN_DIR` with learner.eval_episodes=N, and one `farm-worker`
+// Evaluation of a Python env's run (env.python), and of any run with several policies (one serving learner per
+// policy, the worker's agents mapped to them, each policy's episodes counted by its learner), for farm-eval: the C++
+// tools cannot step a Python env, nor act for several policies in one process, so the run's policy is served by `farm-learner --serve RUN_DIR` with learner.eval_episodes=N, and one `farm-worker`
 // (which execs the Python worker) steps K fresh envs against it; the learner writes the counted episodes to its
 // run directory's episodes.jsonl (learner/run/eval_episodes.h: the same quota per env as farm-eval's C++ path)
 // and stops once N have ended.
 //
-// data flow: farm-eval -> (fork/exec) farm-learner --serve, endpoint file -> farm-worker (Python env) ->
+// data flow: farm-eval -> (fork/exec) farm-learner --serve, endpoint file -> farm-worker (the env) ->
 //            episodes.jsonl -> returns
 //
 // Both children die with farm-eval (PR_SET_PDEATHSIG); any failure, or SIGINT/SIGTERM/SIGHUP, stops and reaps

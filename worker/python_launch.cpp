@@ -1,6 +1,7 @@
 #include "worker/python_launch.h"
 
 #include "common/config_files.h"
+#include "worker/policy_split.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -18,7 +19,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <sstream>
 
 extern char** environ;
@@ -29,34 +29,12 @@ namespace {
 
 // --policy NAME ENDPOINT PATTERNS for each of config.policies, from "NAME=ENDPOINT,NAME=ENDPOINT".
 Status PolicyLearnerArgs(const FarmConfig& config, const std::string& endpoints, std::vector<std::string>* out) {
-  std::map<std::string, std::string> by_name;
-  std::vector<std::string> names;
-  for (const auto& p : config.policies) names.push_back(p.name);
-  const auto expected = [&] {
-    return fmt::format("expected NAME=ENDPOINT for each of the config's policies ({}), comma-separated",
-                       fmt::join(names, ", "));
-  };
-  if (endpoints.empty()) {  // farm-worker --check-python: no learner to name yet
-    for (const auto& n : names) by_name.emplace(n, "");
-  }
-  std::stringstream ss(endpoints);
-  for (std::string item; std::getline(ss, item, ',');) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Status::InvalidArgument(fmt::format("--learner: '{}': {}", item, expected()));
-    const std::string name = item.substr(0, eq);
-    if (std::find(names.begin(), names.end(), name) == names.end())
-      return Status::InvalidArgument(fmt::format("--learner: no policy '{}' in the config; {}", name, expected()));
-    if (!by_name.emplace(name, item.substr(eq + 1)).second)
-      return Status::InvalidArgument(fmt::format("--learner: policy '{}' given twice; {}", name, expected()));
-  }
+  std::vector<PolicyEndpoint> parsed;
+  if (auto s = ParsePolicyEndpoints(config, endpoints, /*allow_empty=*/true, &parsed); !s.ok()) return s;
   out->clear();
-  for (const auto& p : config.policies) {
-    const auto it = by_name.find(p.name);
-    if (it == by_name.end())
-      return Status::InvalidArgument(fmt::format("--learner: no endpoint for policy '{}'; {}", p.name, expected()));
-    out->insert(out->end(), {"--policy", p.name, it->second, fmt::format("{}", fmt::join(p.agents, ","))});
-  }
+  for (std::size_t i = 0; i < parsed.size(); ++i)
+    out->insert(out->end(), {"--policy", parsed[i].name, parsed[i].endpoint,
+                             fmt::format("{}", fmt::join(config.policies[i].agents, ","))});
   return Status::Ok();
 }
 

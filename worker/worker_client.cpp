@@ -30,19 +30,29 @@ uint64_t MixSeed(uint64_t seed, uint64_t index) { return SplitMix64(seed + 0x9E3
 Status WorkerClient::Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
                             std::unique_ptr<WorkerClient>* out) {
   InstallProtobufLogHandler();  // before any thread parses a message
-  // ZeroMQ would throw on connecting to it, or take a port past 65535 modulo 65536.
-  if (auto s = CheckEndpoint(learner_endpoint, /*bind=*/false); !s.ok())
-    return Status::InvalidArgument("the learner's endpoint (--learner): " + s.message());
+  // The learners: the run's one, or one per policy (config.policies, which ValidateConfig has checked: normalisation
+  // off), each to get its agents' rows. ZeroMQ would throw on connecting to an endpoint CheckEndpoint refuses, or
+  // take a port past 65535 modulo 65536.
+  std::vector<PolicyEndpoint> endpoints;
+  if (config.policies.empty()) {
+    endpoints.push_back({"", learner_endpoint});
+  } else if (auto s = ParsePolicyEndpoints(config, learner_endpoint, /*allow_empty=*/false, &endpoints); !s.ok()) {
+    return s;
+  }
+  for (const auto& e : endpoints)
+    if (auto s = CheckEndpoint(e.endpoint, /*bind=*/false); !s.ok())
+      return Status::InvalidArgument(
+          (e.name.empty() ? std::string("the learner's endpoint (--learner): ")
+                          : fmt::format("the endpoint of policy {}'s learner (--learner): ", e.name)) +
+          s.message());
   std::unique_ptr<WorkerClient> w(new WorkerClient());
   w->config_ = config;
-  w->endpoint_ = learner_endpoint;
   if (auto s = LoadCurveClientKeys(config.transport, &w->curve_); !s.ok()) return s;
   if (w->curve_) spdlog::info("CURVE on; this worker's public key: {}", w->curve_->own.public_key);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   // Unique across hosts and containers (where every worker may be PID 1).
   w->base_identity_ = fmt::format("worker-{}-{}-{}", host, index, ::getpid());
-  w->identity_ = w->base_identity_;
   const int group_size = config.env.num_envs / config.env.num_groups;
   // A config may ask for more memory than the host has (large observations, envs with large internal state,
   // many groups): say what was being built and which keys to lower, rather than let std::bad_alloc end the
@@ -97,80 +107,138 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
       w->normalizer_ = std::make_unique<Normalizer>(normalizer_options, layout.obs_numel);
       for (const auto& group : w->groups_) w->normalizer_->AddGroup(group->size(), group->num_agents());
     }
-    w->obs_shape_ = {group_rows};  // every request carries one whole group, a row per agent
-    w->obs_shape_.insert(w->obs_shape_.end(), layout.obs_shape.begin(), layout.obs_shape.end());
   } catch (const std::bad_alloc&) {
     return Status::InvalidArgument(
         fmt::format("out of memory building {}; lower env.num_envs, env.frame_stack or the env's size options "
                     "(env.options)",
                     building));
   }
-  w->next_seq_.assign(w->groups_.size(), 0);
-  w->waiting_.assign(w->groups_.size(), 0);
-  w->sent_at_.resize(w->groups_.size());
+  // Several policies: each one's agents, by index.
+  std::vector<std::vector<int>> agents;
+  if (!config.policies.empty()) {
+    if (auto s = AssignAgentIndices(config.policies, w->groups_[0]->num_agents(), &agents); !s.ok()) return s;
+  }
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    auto link = std::make_unique<Link>();
+    link->policy = endpoints[i].name;
+    link->endpoint = endpoints[i].endpoint;
+    int64_t rows = w->groups_[0]->rows();
+    if (!agents.empty()) {
+      link->rows = std::make_unique<PolicyRows>(link->policy, agents[i], *w->groups_[0]);
+      rows = link->rows->rows();
+    }
+    link->obs_shape = {rows};  // every request carries one whole group, a row per (this policy's) agent
+    const auto& obs_shape = w->groups_[0]->spec().observation.shape;
+    link->obs_shape.insert(link->obs_shape.end(), obs_shape.begin(), obs_shape.end());
+    // One identity per learner (each socket's monitor is named after it): worker-HOST-INDEX-PID[-POLICY].
+    link->identity = link->policy.empty() ? w->base_identity_ : w->base_identity_ + "-" + link->policy;
+    link->next_seq.assign(w->groups_.size(), 0);
+    link->waiting.assign(w->groups_.size(), 0);
+    link->sent_at.resize(w->groups_.size());
+    w->links_.push_back(std::move(link));
+  }
+  if (!agents.empty()) {  // policies (even one): the actions are gathered per group before it steps
+    const EnvGroup& g0 = *w->groups_[0];
+    const auto numel = static_cast<std::size_t>(g0.rows() * g0.spec().action.numel());
+    if (g0.spec().action.is_categorical())
+      w->discrete_actions_.assign(w->groups_.size(), std::vector<int64_t>(numel));
+    else
+      w->continuous_actions_.assign(w->groups_.size(), std::vector<float>(numel));
+  }
+  w->awaited_.assign(w->groups_.size(), 0);
   w->stats_.round_trip_us.reserve(kMaxRoundTripSamples);
-  w->dealer_ = WatchedDealer::Connect(w->ctx_, w->identity_, learner_endpoint, config.transport, w->curve_.get());
+  for (auto& link : w->links_)
+    link->dealer = WatchedDealer::Connect(w->ctx_, link->identity, link->endpoint, config.transport, w->curve_.get());
   *out = std::move(w);
   return Status::Ok();
 }
 
 WorkerClient::~WorkerClient() = default;
 
-Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
+Status WorkerClient::Handshake(Link& link, std::chrono::milliseconds timeout) {
   const EnvSpec& spec = groups_[0]->spec();
   wire::Envelope env;
   auto* hello = env.mutable_hello();
   hello->set_protocol_version(kProtocolVersion);
-  hello->set_worker_id(identity_);
+  hello->set_worker_id(link.identity);
   hello->set_env_name(spec.name);
   hello->set_num_envs(static_cast<uint32_t>(config_.env.num_envs));
   hello->set_num_groups(static_cast<uint32_t>(groups_.size()));
   ToWire(spec.observation, hello->mutable_observation());
   ToWire(spec.action, hello->mutable_action());
-  hello->set_num_agents(static_cast<uint32_t>(spec.num_agents));
+  // Several policies: this policy's agents per env.
+  hello->set_num_agents(static_cast<uint32_t>(link.rows ? link.rows->num_agents() : spec.num_agents));
   if (spec.global_state) ToWire(*spec.global_state, hello->mutable_global_state());
   if (normalizer_) normalizer_->options().ToWire(hello->mutable_normalization());
-  dealer_.socket().set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
-  const bool sent = SendEnvelope(dealer_.socket(), env, &scratch_);
-  dealer_.socket().set(zmq::sockopt::sndtimeo, static_cast<int>(config_.transport.worker_give_up_s * 1000));
+  zmq::socket_t& socket = link.dealer.socket();
+  socket.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
+  const bool sent = SendEnvelope(socket, env, &scratch_);
+  socket.set(zmq::sockopt::sndtimeo, static_cast<int>(config_.transport.worker_give_up_s * 1000));
   if (!sent)
-    return Status::IoError(fmt::format("cannot reach the learner at {} within {:.1f} s", endpoint_,
+    return Status::IoError(fmt::format("cannot reach {} within {:.1f} s", link.Who(),
                                        static_cast<double>(timeout.count()) / 1000));
 
   wire::Envelope reply;
   Status status;
-  if (!ReceiveEnvelope(dealer_, timeout, &reply, &status))
-    return Status::IoError(fmt::format("no answer from the learner at {} within {:.1f} s", endpoint_,
+  if (!ReceiveEnvelope(link.dealer, timeout, &reply, &status))
+    return Status::IoError(fmt::format("no answer from {} within {:.1f} s", link.Who(),
                                        static_cast<double>(timeout.count()) / 1000));
   if (!status.ok()) return status;
   if (reply.has_stop()) return Status::Closed("learner is stopping: " + reply.stop().reason());
   if (!reply.has_welcome())
-    return Status::Protocol(fmt::format("expected Welcome from the learner, got message type {}",
+    return Status::Protocol(fmt::format("expected Welcome from {}, got message type {}", link.Who(),
                                         static_cast<int>(reply.body_case())));
-  if (!reply.welcome().accepted()) return Status::InvalidArgument("learner refused this worker: " + reply.welcome().error());
+  if (!reply.welcome().accepted())
+    return Status::InvalidArgument(
+        (link.policy.empty() ? std::string("learner") : fmt::format("the learner of policy {}", link.policy)) +
+        " refused this worker: " + reply.welcome().error());
   // The run's statistics so far (a rejoin, a resumed run, a served policy): normalise as the others do.
   if (normalizer_ && reply.welcome().has_normalizer()) {
     if (auto s = normalizer_->ApplyGlobal(reply.welcome().normalizer()); !s.ok())
       return Status::Protocol("Welcome: " + s.message());
   }
+  link.last_heard = link.last_sent = Clock::now();
   return Status::Ok();
 }
 
-void WorkerClient::SendStep(int g, bool first) {
+Status WorkerClient::SendStep(int g, bool first) {
+  // Several policies: each learner's rows of the group, checked (a policy whose agents have all finished while
+  // the env goes on is refused) before any is sent.
+  for (auto& link : links_)
+    if (link->rows)
+      if (auto s = link->rows->Gather(*groups_[g]); !s.ok()) return s;
+  for (auto& link : links_) SendStepTo(*link, g, first);
+  awaited_[g] = static_cast<int>(links_.size());
+  if (!first)
+    for (const auto& ep : groups_[g]->finished()) stats_.episodes += ep.cut ? 0 : 1;
+  ++stats_.messages;  // one per group step, whatever the learners
+  return Status::Ok();
+}
+
+void WorkerClient::SendStepTo(Link& link, int g, bool first) {
   const EnvGroup& group = *groups_[g];
-  const auto n = static_cast<int64_t>(group.rows());
+  const PolicyRows* rows = link.rows.get();
+  const auto n = static_cast<int64_t>(rows ? rows->rows() : group.rows());
 
   auto* req = out_.mutable_step();
   req->Clear();
   req->set_group(static_cast<uint32_t>(g));
-  req->set_seq(next_seq_[g]++);
+  req->set_seq(link.next_seq[g]++);
   req->set_first(first);
   const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
-  // With normalisation the normalised observations and scaled rewards; the episodes' returns stay raw.
-  const float* obs = normalizer_ ? normalizer_->obs(g) : group.obs();
-  const float* reward = normalizer_ ? normalizer_->reward(g) : group.reward();
-  const std::vector<float>& final_obs = normalizer_ ? normalizer_->final_obs(g) : group.final_obs();
-  SetTensor(req->mutable_obs(), DType::kFloat32, obs_shape_, obs, obs_bytes);
+  // With normalisation the normalised observations and scaled rewards; the episodes' returns stay raw. Several
+  // policies: this policy's rows (no normalisation).
+  const float* obs = rows ? rows->obs() : normalizer_ ? normalizer_->obs(g) : group.obs();
+  const float* reward = rows ? rows->reward() : normalizer_ ? normalizer_->reward(g) : group.reward();
+  const uint8_t* terminated = rows ? rows->terminated() : group.terminated();
+  const uint8_t* truncated = rows ? rows->truncated() : group.truncated();
+  const bool any_inactive = rows ? rows->any_inactive() : group.any_inactive();
+  const uint8_t* active = rows ? rows->active() : group.active();
+  const std::vector<float>& final_obs =
+      rows ? rows->final_obs() : normalizer_ ? normalizer_->final_obs(g) : group.final_obs();
+  const std::vector<int32_t>& idx = rows ? rows->final_obs_index() : group.final_obs_index();
+  const int64_t agents = rows ? rows->num_agents() : group.num_agents();
+  SetTensor(req->mutable_obs(), DType::kFloat32, link.obs_shape, obs, obs_bytes);
   if (group.state_numel() > 0) {  // one state per env
     std::vector<int64_t> shape{group.size()};
     shape.insert(shape.end(), group.spec().global_state->shape.begin(), group.spec().global_state->shape.end());
@@ -179,11 +247,10 @@ void WorkerClient::SendStep(int g, bool first) {
   }
   if (!first) {
     SetTensor(req->mutable_reward(), DType::kFloat32, {n}, reward, static_cast<std::size_t>(n) * sizeof(float));
-    req->set_terminated(group.terminated(), static_cast<std::size_t>(n));
-    req->set_truncated(group.truncated(), static_cast<std::size_t>(n));
+    req->set_terminated(terminated, static_cast<std::size_t>(n));
+    req->set_truncated(truncated, static_cast<std::size_t>(n));
     // Only while some agent has finished early: absent, every row acts, so other envs' requests are unchanged.
-    if (group.any_inactive()) req->set_active(group.active(), static_cast<std::size_t>(n));
-    const auto& idx = group.final_obs_index();
+    if (any_inactive) req->set_active(active, static_cast<std::size_t>(n));
     if (!idx.empty()) {
       req->mutable_final_obs_index()->Assign(idx.begin(), idx.end());
       std::vector<int64_t> shape{static_cast<int64_t>(idx.size())};
@@ -191,53 +258,56 @@ void WorkerClient::SendStep(int g, bool first) {
       SetTensor(req->mutable_final_obs(), DType::kFloat32, shape, final_obs.data(), final_obs.size() * sizeof(float));
       if (group.state_numel() > 0) {  // one final state per truncated env
         shape.resize(1);
-        shape[0] = static_cast<int64_t>(idx.size()) / group.num_agents();
+        shape[0] = static_cast<int64_t>(idx.size()) / agents;
         shape.insert(shape.end(), group.spec().global_state->shape.begin(), group.spec().global_state->shape.end());
         SetTensor(req->mutable_final_global_state(), DType::kFloat32, shape, group.final_global_state().data(),
                   group.final_global_state().size() * sizeof(float));
       }
     }
+    // The team's return of each episode that ended: every policy's.
     for (const auto& ep : group.finished()) {
       if (ep.cut) continue;  // a first episode cut short (env.decorrelate_episodes): its return is not the policy's
       auto* e = req->add_episodes();
       e->set_episode_return(ep.episode_return);
       e->set_length(ep.length);
     }
-    for (const auto& ep : group.finished()) stats_.episodes += ep.cut ? 0 : 1;
     // Once per rollout (ppo.rollout_length requests) per group, at the request that completes the group's
     // part of it: this worker's statistics since its last delta. The reply brings the run's merged ones,
     // which in sync mode hold every worker's delta of that rollout.
     if (normalizer_ && !normalizer_->frozen() && req->seq() % static_cast<uint64_t>(config_.ppo.rollout_length) == 0)
       normalizer_->TakeDelta(req->mutable_stats_delta());
   }
-  if (!SendEnvelope(dealer_.socket(), out_, &scratch_)) {
+  if (!SendEnvelope(link.dealer.socket(), out_, &scratch_)) {
     send_failed_ = true;  // reported by the loop
     return;
   }
-  sent_at_[g] = std::chrono::steady_clock::now();
-  waiting_[g] = 1;
-  ++stats_.messages;
+  link.sent_at[g] = link.last_sent = Clock::now();
+  link.waiting[g] = 1;
 }
 
-Status WorkerClient::OnAction(const wire::ActionReply& reply) {
+Status WorkerClient::OnAction(Link& link, const wire::ActionReply& reply) {
   const auto g = static_cast<std::size_t>(reply.group());
-  if (g >= groups_.size() || !waiting_[g] || reply.seq() + 1 != next_seq_[g])
-    return Status::Protocol(fmt::format("unexpected ActionReply for group {} seq {}", reply.group(), reply.seq()));
+  if (g >= groups_.size() || !link.waiting[g] || reply.seq() + 1 != link.next_seq[g])
+    return Status::Protocol(fmt::format("unexpected ActionReply for group {} seq {}{}", reply.group(), reply.seq(),
+                                        link.policy.empty() ? "" : " from the learner of policy " + link.policy));
   EnvGroup& group = *groups_[g];
   const Space& action = group.spec().action;
-  const auto n = static_cast<int64_t>(group.rows());  // one action per agent row
-  waiting_[g] = 0;
+  const PolicyRows* rows = link.rows.get();
+  const auto n = static_cast<int64_t>(rows ? rows->rows() : group.rows());  // one action per agent row
+  link.waiting[g] = 0;
   if (normalizer_ && reply.has_normalizer()) {
     if (auto s = normalizer_->ApplyGlobal(reply.normalizer()); !s.ok())
       return Status::Protocol("ActionReply: " + s.message());
   }
   if (stats_.round_trip_us.size() < kMaxRoundTripSamples)
     stats_.round_trip_us.push_back(
-        std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - sent_at_[g]).count());
+        std::chrono::duration<float, std::micro>(Clock::now() - link.sent_at[g]).count());
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), action.shape.begin(), action.shape.end());
+  const int64_t* discrete = nullptr;
+  const float* continuous = nullptr;
   if (action.is_categorical()) {
     // Discrete: int64 [rows]; multi-discrete: int64 [rows, K], component i in [0, nvec[i]).
-    std::vector<int64_t> shape{n};
-    shape.insert(shape.end(), action.shape.begin(), action.shape.end());
     if (auto s = CheckTensor(reply.action(), DType::kInt64, shape, "ActionReply.action"); !s.ok()) return s;
     const auto* a = reinterpret_cast<const int64_t*>(reply.action().data().data());
     const std::vector<int64_t> choices = action.categories();
@@ -249,17 +319,24 @@ Status WorkerClient::OnAction(const wire::ActionReply& reply) {
                                        : fmt::format("action {} (component {} of row {}) out of range [0, {})", a[i],
                                                      i % k, i / k, limit));
     }
-    group.Step(a, nullptr);
+    discrete = a;
   } else {
-    std::vector<int64_t> shape{n};
-    shape.insert(shape.end(), action.shape.begin(), action.shape.end());
     if (auto s = CheckTensor(reply.action(), DType::kFloat32, shape, "ActionReply.action"); !s.ok()) return s;
-    group.Step(nullptr, reinterpret_cast<const float*>(reply.action().data().data()));
+    continuous = reinterpret_cast<const float*>(reply.action().data().data());
   }
+  // Several policies: this policy's actions into the group's; the group steps once every learner has acted.
+  if (rows) {
+    if (discrete) rows->Scatter(discrete, discrete_actions_[g].data());
+    if (continuous) rows->Scatter(continuous, continuous_actions_[g].data());
+    if (--awaited_[g] > 0) return Status::Ok();
+    discrete = discrete ? discrete_actions_[g].data() : nullptr;
+    continuous = continuous ? continuous_actions_[g].data() : nullptr;
+  }
+  awaited_[g] = 0;
+  group.Step(discrete, continuous);
   if (normalizer_) normalizer_->OnStep(static_cast<int>(g), group);
   stats_.env_steps += group.size();  // env steps, whatever the agents per env
-  SendStep(static_cast<int>(g), /*first=*/false);
-  return Status::Ok();
+  return SendStep(static_cast<int>(g), /*first=*/false);
 }
 
 double WorkerStats::RoundTripPercentile(double q) const {
@@ -271,7 +348,7 @@ double WorkerStats::RoundTripPercentile(double q) const {
 }
 
 Status WorkerClient::Run() {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   Status status;
   try {
     status = Loop();
@@ -285,115 +362,158 @@ Status WorkerClient::Run() {
                                           "itself): {}",
                                           config_.env.name, e.what()));
   }
-  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return status;
 }
 
-void WorkerClient::StartGroups() {
+Status WorkerClient::StartGroups() {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    next_seq_[g] = 0;
-    waiting_[g] = 0;
+    for (auto& link : links_) {
+      link->next_seq[g] = 0;
+      link->waiting[g] = 0;
+    }
     groups_[g]->Reset();
     // A new draw per start (connection_ counts the restarts), from the group's own seed.
     if (config_.env.decorrelate_episodes)
       groups_[g]->DecorrelateEpisodes(MixSeed(group_seeds_[g], static_cast<uint64_t>(connection_) + 1));
     if (normalizer_) normalizer_->OnReset(static_cast<int>(g), *groups_[g]);
-    SendStep(static_cast<int>(g), /*first=*/true);
+    if (auto s = SendStep(static_cast<int>(g), /*first=*/true); !s.ok()) return s;
   }
+  return Status::Ok();
 }
 
-// A fresh socket and handshake, with exponential backoff, until
-// worker_give_up_s; then the episodes start over (the learner kept nothing).
-Status WorkerClient::Reconnect(const std::string& why) {
-  using Clock = std::chrono::steady_clock;
-  spdlog::warn("{}: the learner at {} {}; reconnecting", identity_, endpoint_, why);
+// Fresh sockets and handshakes with every learner, with exponential backoff, until worker_give_up_s; then the
+// episodes start over (the learners kept nothing of them).
+Status WorkerClient::Reconnect(const Link& failed, const std::string& why) {
+  spdlog::warn("{}: {} {}; reconnecting{}", failed.identity, failed.Who(), why,
+               links_.size() > 1 ? " to every policy's learner" : "");
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(config_.transport.worker_give_up_s));
   auto backoff = std::chrono::milliseconds(100);
   while (!stop_requested_.load()) {
     // A new identity per attempt: a late Welcome for an abandoned attempt must not reach this socket.
-    identity_ = fmt::format("{}-c{}", base_identity_, ++connection_);
-    dealer_ = WatchedDealer();  // drops what the old socket held (and its monitor) before the new one connects
-    dealer_ = WatchedDealer::Connect(ctx_, identity_, endpoint_, config_.transport, curve_.get());
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
-    const Status s = Handshake(std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));
+    ++connection_;
+    for (auto& link : links_) {
+      link->identity = fmt::format("{}{}-c{}", base_identity_, link->policy.empty() ? "" : "-" + link->policy,
+                                   connection_);
+      link->dealer = WatchedDealer();  // drops what the old socket held (and its monitor) before the new one connects
+      link->dealer = WatchedDealer::Connect(ctx_, link->identity, link->endpoint, config_.transport, curve_.get());
+    }
+    Status s;
+    for (auto& link : links_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        s = Status::IoError("out of time");
+        break;
+      }
+      s = Handshake(*link, std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));
+      if (!s.ok()) break;
+    }
     if (s.ok()) {
       ++stats_.reconnects;
-      spdlog::info("{}: reconnected to {}", identity_, endpoint_);
+      for (auto& link : links_) spdlog::info("{}: reconnected to {}", link->identity, link->Who());
       send_failed_ = false;
-      StartGroups();
-      return Status::Ok();
+      return StartGroups();
     }
     if (s.code() != Status::Code::kIoError) return s;  // refused or a protocol error: retrying will not help
+    if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(
                                                       deadline - Clock::now())));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
   if (stop_requested_.load()) return Status::Closed("stop requested");
-  return Status::IoError(fmt::format("could not reach the learner at {} again within {} s; giving up", endpoint_,
+  return Status::IoError(fmt::format("could not reach {} again within {} s; giving up", failed.Who(),
                                      config_.transport.worker_give_up_s));
 }
 
 Status WorkerClient::Loop() {
   const auto give_up_ms =
       std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
-  if (auto s = Handshake(give_up_ms); !s.ok()) return s;
-  spdlog::info("{}: connected to {} ({} envs of {} in {} groups)", identity_, endpoint_, config_.env.num_envs,
-               config_.env.name, groups_.size());
-  StartGroups();
-  using Clock = std::chrono::steady_clock;
+  for (auto& link : links_) {
+    if (auto s = Handshake(*link, give_up_ms); !s.ok()) return s;
+    spdlog::info("{}: connected to {} ({} envs of {} in {} groups{})", link->identity, link->Who(),
+                 config_.env.num_envs, config_.env.name, groups_.size(),
+                 link->rows ? fmt::format(", agents {}", fmt::join(link->rows->agents(), ", ")) : std::string());
+  }
+  if (auto s = StartGroups(); !s.ok()) return s;
   const auto interval = std::chrono::milliseconds(
       std::max<int64_t>(1, static_cast<int64_t>(config_.transport.heartbeat_interval_s * 1000)));
-  auto last_heard = Clock::now();
+  const auto silent_limit = std::chrono::duration<double>(config_.transport.heartbeat_timeout_s);
   wire::Envelope in;
   wire::Envelope heartbeat;
   heartbeat.mutable_heartbeat();
+  std::vector<zmq::pollitem_t> items;
   while (!stop_requested_.load()) {
-    if (send_failed_)
-      return Status::IoError(fmt::format("the learner at {} stopped taking messages for {} s; giving up", endpoint_,
+    if (send_failed_) {
+      const Link& link = *links_[0];
+      return Status::IoError(fmt::format("{} stopped taking messages for {} s; giving up",
+                                         links_.size() > 1 ? "a policy's learner" : link.Who(),
                                          config_.transport.worker_give_up_s));
-    Status status;
-    bool got = false;
+    }
+    // The sockets change when they are connected to again: the poll set is built from them each time round.
+    items.clear();
+    for (auto& link : links_) items.push_back({link->dealer.socket().handle(), 0, ZMQ_POLLIN, 0});
     try {
-      got = ReceiveEnvelope(dealer_.socket(), interval, &in, &status);
+      zmq::poll(items, interval);
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal: loop re-checks stop_requested_
       throw;
     }
-    if (!got) {
-      // Waiting (e.g. while the learner updates): say we are alive. A learner that does not answer
-      // heartbeats is gone (crashed, restarted): reconnect, until worker_give_up_s.
-      if (Clock::now() - last_heard > std::chrono::duration<double>(config_.transport.heartbeat_timeout_s)) {
-        if (auto s = Reconnect("stopped answering"); !s.ok()) return s;
-        last_heard = Clock::now();
+    const auto now = Clock::now();
+    Link* reconnect = nullptr;
+    std::string why;
+    for (std::size_t i = 0; i < links_.size() && !reconnect; ++i) {
+      Link& link = *links_[i];
+      if (!(items[i].revents & ZMQ_POLLIN)) {
+        // Waiting (e.g. while the learner updates): say we are alive. A learner that does not answer heartbeats
+        // is gone (crashed, restarted): reconnect, until worker_give_up_s.
+        if (now - link.last_heard > silent_limit) {
+          reconnect = &link;
+          why = "stopped answering";
+        } else if (now - link.last_sent >= interval) {
+          if (!SendEnvelope(link.dealer.socket(), heartbeat, &scratch_)) send_failed_ = true;
+          link.last_sent = now;
+        }
         continue;
       }
-      if (!SendEnvelope(dealer_.socket(), heartbeat, &scratch_)) send_failed_ = true;
-      continue;
-    }
-    last_heard = Clock::now();
-    if (!status.ok()) return status;
-    switch (in.body_case()) {
-      case wire::Envelope::kAction:
-        if (auto s = OnAction(in.action()); !s.ok()) return s;
-        break;
-      case wire::Envelope::kStop:
-        spdlog::info("{}: learner says stop ({})", identity_, in.stop().reason());
-        return Status::Ok();
-      case wire::Envelope::kHeartbeat:
-        break;
-      case wire::Envelope::kError:
-        if (in.error().code() == wire::Error::UNKNOWN_WORKER) {
-          // Every message this identity still has in flight gets the same answer; the new socket never sees them.
-          if (auto s = Reconnect("does not know this worker (" + in.error().message() + ")"); !s.ok()) return s;
-          last_heard = Clock::now();
+      Status status;
+      bool got = false;
+      try {
+        got = ReceiveEnvelope(link.dealer.socket(), std::chrono::milliseconds(0), &in, &status);
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) break;  // a signal: loop re-checks stop_requested_
+        throw;
+      }
+      if (!got) continue;
+      link.last_heard = Clock::now();
+      if (!status.ok()) return status;
+      switch (in.body_case()) {
+        case wire::Envelope::kAction:
+          if (auto s = OnAction(link, in.action()); !s.ok()) return s;
           break;
-        }
-        return Status::Protocol("learner reported an error: " + in.error().message());
-      default:
-        return Status::Protocol(fmt::format("unexpected message type {} from the learner",
-                                            static_cast<int>(in.body_case())));
+        case wire::Envelope::kStop:
+          spdlog::info("{}: {} says stop ({})", link.identity, link.policy.empty() ? "learner" : link.Who(),
+                       in.stop().reason());
+          return Status::Ok();
+        case wire::Envelope::kHeartbeat:
+          break;
+        case wire::Envelope::kError:
+          if (in.error().code() == wire::Error::UNKNOWN_WORKER) {
+            // Every message this identity still has in flight gets the same answer; the new socket never sees them.
+            reconnect = &link;
+            why = "does not know this worker (" + in.error().message() + ")";
+            break;
+          }
+          return Status::Protocol(
+              (link.policy.empty() ? std::string("learner") : fmt::format("the learner of policy {}", link.policy)) +
+              " reported an error: " + in.error().message());
+        default:
+          return Status::Protocol(fmt::format("unexpected message type {} from {}", static_cast<int>(in.body_case()),
+                                              link.Who()));
+      }
+    }
+    if (reconnect) {
+      if (auto s = Reconnect(*reconnect, why); !s.ok()) return s;
     }
   }
   return Status::Closed("stop requested");

@@ -1,6 +1,9 @@
 // WorkerClient: runs one worker's envs against the learner over a DEALER
 // socket. The envs are split into groups (double buffering, as in Sample
 // Factory): while the learner chooses actions for one group, the others step.
+// With the config's policies (several policies, worker/policy_split.h) it
+// has one DEALER per policy's learner: each learner gets its policy's agents'
+// rows of every group, and a group steps once every learner has acted for it.
 //
 // Threading: Run() is called from one thread; RequestStop() from any thread
 // or a signal handler.
@@ -8,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fmt/format.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +24,7 @@
 #include "farm.pb.h"
 #include "worker/env_group.h"
 #include "worker/normalizer.h"
+#include "worker/policy_split.h"
 
 namespace farm {
 
@@ -36,7 +41,8 @@ struct WorkerStats {
 
 class WorkerClient {
  public:
-  // `index` distinguishes this worker's seeds and identity from the others'.
+  // `index` distinguishes this worker's seeds and identity from the others'. With config.policies,
+  // `learner_endpoint` is "NAME=ENDPOINT,NAME=ENDPOINT", one per policy (ParsePolicyEndpoints).
   static Status Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
                        std::unique_ptr<WorkerClient>* out);
   ~WorkerClient();
@@ -47,7 +53,9 @@ class WorkerClient {
   // Error UNKNOWN_WORKER (it restarted, or dropped this worker as silent), is
   // connected to again under a new identity; the episodes start over. An
   // exception from an env (its step or reset) ends the run as an internal
-  // error naming the env.
+  // error naming the env. With several policies: every learner is connected
+  // to again when one is, and one learner's Stop ends the run (the env cannot
+  // step without it).
   Status Run();
   void RequestStop() { stop_requested_.store(true); }
   const WorkerStats& stats() const { return stats_; }
@@ -56,29 +64,50 @@ class WorkerClient {
   const Normalizer* normalizer() const { return normalizer_.get(); }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // A learner: the run's one, or one policy's. Its socket, identity and requests in flight per group.
+  struct Link {
+    std::string policy;    // empty: the run's one learner
+    std::string endpoint;
+    std::string identity;  // base_identity_ (-POLICY with several), then -cN for the Nth reconnection
+    WatchedDealer dealer;  // the DEALER and its connection events (a refused CURVE key, ...)
+    std::unique_ptr<PolicyRows> rows;  // several policies: this policy's rows; null: every row of the group
+    std::vector<int64_t> obs_shape;    // [rows of a group's request, obs...]
+    std::vector<uint64_t> next_seq;    // per group: seq of the next request
+    std::vector<uint8_t> waiting;      // per group: a request is in flight
+    std::vector<Clock::time_point> sent_at;  // per group
+    Clock::time_point last_heard;      // its last message
+    Clock::time_point last_sent;       // our last message to it (a request or a heartbeat)
+    std::string Who() const {
+      return policy.empty() ? fmt::format("the learner at {}", endpoint)
+                            : fmt::format("the learner of policy {} at {}", policy, endpoint);
+    }
+  };
+
   WorkerClient() = default;
   Status Loop();
-  Status Handshake(std::chrono::milliseconds timeout);
-  Status Reconnect(const std::string& why);
-  void StartGroups();
-  void SendStep(int group, bool first);
-  Status OnAction(const wire::ActionReply& reply);
+  Status Handshake(Link& link, std::chrono::milliseconds timeout);
+  Status Reconnect(const Link& failed, const std::string& why);
+  Status StartGroups();
+  // Sends group g's step to every learner (its rows of it).
+  Status SendStep(int group, bool first);
+  void SendStepTo(Link& link, int group, bool first);
+  Status OnAction(Link& link, const wire::ActionReply& reply);
 
   FarmConfig config_;
   std::string base_identity_;  // worker-HOST-INDEX-PID
-  std::string identity_;       // base_identity_, then -cN for the Nth reconnection
   int connection_ = 0;
-  std::string endpoint_;
   std::unique_ptr<CurveClientKeys> curve_;  // null without transport.curve
   zmq::context_t ctx_{1};
-  WatchedDealer dealer_;  // the DEALER and its connection events (a refused CURVE key, ...)
+  std::vector<std::unique_ptr<Link>> links_;  // one, or one per policy in the config's order
   std::vector<std::unique_ptr<EnvGroup>> groups_;
   std::vector<uint64_t> group_seeds_;  // per group: the seed its envs were made with
   std::unique_ptr<Normalizer> normalizer_;  // null without normalisation; sends obs/rewards from its buffers
-  std::vector<int64_t> obs_shape_;  // [group size, obs...] of every request
-  std::vector<uint64_t> next_seq_;  // per group: seq of the next request
-  std::vector<uint8_t> waiting_;    // per group: a request is in flight
-  std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per group
+  // Several policies: per group, the learners whose actions are still awaited, and the actions gathered so far
+  // ([group rows, action numel]; int64 for categorical spaces, float for boxes).
+  std::vector<int> awaited_;
+  std::vector<std::vector<int64_t>> discrete_actions_;
+  std::vector<std::vector<float>> continuous_actions_;
   wire::Envelope out_;              // reused for every request
   std::string scratch_;
   std::atomic<bool> stop_requested_{false};
