@@ -5,8 +5,8 @@
 # Passes when each policy's learner trained its own two UAVs per env (num_agents 2, agent steps twice the env
 # steps, its own network, no protocol error, every worker kept), farm-eval of the run reports each policy the
 # team's return of the same episodes, which beats a uniformly random team's by far and a team with random scouts
-# (so both policies learned), and a config whose patterns leave a UAV out, or that normalises observations, is
-# refused by name.
+# (so both policies learned), a learner that starts 14 s after the other loses no worker, and a config whose
+# patterns leave a UAV out, or that normalises observations, is refused by name.
 # Usage: multi_policy_cpp_test.sh BUILD_DIR
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
@@ -80,6 +80,41 @@ print(f"farm-eval, team return over 32 episodes: trained {trained:.2f}, random s
 # Measured (AMD EPYC, seed 3, 5 runs): trained 9.78-10.82, random scouts 6.62-8.18, random team 4.06.
 assert trained > 2 * random_team and trained > random_scouts + 1.0, (trained, random_scouts, random_team)
 print("ok: farm-eval evaluates both policies together")
+PY
+# A learner that comes up later than the other (a slow start: a resume, a GPU's warm-up): the worker sends every
+# Hello first and keeps the learner that welcomed it alive with heartbeats meanwhile, so no learner drops it as
+# silent (transport.heartbeat_timeout_s, 10 s) and no one reconnects.
+port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+late=(--config "$tmp/project/teams.yaml" --set "run_dir=$tmp/late" --set learner.min_workers=1
+      --set total_env_steps=10000)
+"$build_dir/learner/farm-learner" "${late[@]}" --policy scouts --endpoint-file "$tmp/scouts.endpoint" \
+  > "$tmp/scouts.log" 2>&1 &
+scouts_pid=$!
+for _ in $(seq 300); do [ -s "$tmp/scouts.endpoint" ] && break; sleep 0.1; done
+[ -s "$tmp/scouts.endpoint" ] || { cat "$tmp/scouts.log" >&2; fail "the scouts' learner did not listen"; }
+"$build_dir/worker/farm-worker" --config "$tmp/project/teams.yaml" \
+  --learner "scouts=$(cat "$tmp/scouts.endpoint"),rest=tcp://127.0.0.1:$port" > "$tmp/late_worker.log" 2>&1 &
+worker_pid=$!
+sleep 14
+"$build_dir/learner/farm-learner" "${late[@]}" --policy rest --set "transport.bind=tcp://127.0.0.1:$port" \
+  > "$tmp/rest.log" 2>&1 &
+rest_pid=$!
+rc=0
+timeout 120 tail --pid="$worker_pid" -f /dev/null || rc=$?
+wait "$worker_pid" || rc=$?
+kill -TERM "$scouts_pid" "$rest_pid" 2>/dev/null || true
+wait "$scouts_pid" "$rest_pid" 2>/dev/null || true
+[ "$rc" -eq 0 ] || { tail -n 20 "$tmp/late_worker.log" >&2; fail "the worker of the late learner's run: status $rc"; }
+! grep -F "reconnecting" "$tmp/late_worker.log" >/dev/null || { cat "$tmp/late_worker.log" >&2; fail "the worker reconnected"; }
+"$py" - "$tmp/late" <<'PY'
+import json, os, sys
+for name in ("scouts", "rest"):
+    s = json.load(open(os.path.join(sys.argv[1], name, "summary.json")))
+    print(f"late start, {name}: env steps {s['env_steps']}, workers lost {s['workers_lost']}, heartbeats answered "
+          f"{s['heartbeats_answered']}")
+    assert s["env_steps"] >= 9000 and s["workers_lost"] == 0 and s["rejoins"] == 0, s
+    assert name == "rest" or s["heartbeats_answered"] >= 5, s  # kept alive while the other learner came up
+print("ok: a learner that starts late")
 PY
 # Refused by name before anything starts: a UAV no policy claims (the worker knows the env's agents), and
 # normalisation (one set of statistics per worker, not per policy).

@@ -130,8 +130,7 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
     link->obs_shape = {rows};  // every request carries one whole group, a row per (this policy's) agent
     const auto& obs_shape = w->groups_[0]->spec().observation.shape;
     link->obs_shape.insert(link->obs_shape.end(), obs_shape.begin(), obs_shape.end());
-    // One identity per learner (each socket's monitor is named after it): worker-HOST-INDEX-PID[-POLICY].
-    link->identity = link->policy.empty() ? w->base_identity_ : w->base_identity_ + "-" + link->policy;
+    link->identity = w->LinkIdentity(*link, 0);
     link->next_seq.assign(w->groups_.size(), 0);
     link->waiting.assign(w->groups_.size(), 0);
     link->sent_at.resize(w->groups_.size());
@@ -155,7 +154,7 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
 
 WorkerClient::~WorkerClient() = default;
 
-Status WorkerClient::Handshake(Link& link, std::chrono::milliseconds timeout) {
+Status WorkerClient::SendHello(Link& link, std::chrono::milliseconds timeout) {
   const EnvSpec& spec = groups_[0]->spec();
   wire::Envelope env;
   auto* hello = env.mutable_hello();
@@ -177,13 +176,11 @@ Status WorkerClient::Handshake(Link& link, std::chrono::milliseconds timeout) {
   if (!sent)
     return Status::IoError(fmt::format("cannot reach {} within {:.1f} s", link.Who(),
                                        static_cast<double>(timeout.count()) / 1000));
+  link.last_sent = Clock::now();
+  return Status::Ok();
+}
 
-  wire::Envelope reply;
-  Status status;
-  if (!ReceiveEnvelope(link.dealer, timeout, &reply, &status))
-    return Status::IoError(fmt::format("no answer from {} within {:.1f} s", link.Who(),
-                                       static_cast<double>(timeout.count()) / 1000));
-  if (!status.ok()) return status;
+Status WorkerClient::OnWelcome(Link& link, const wire::Envelope& reply) {
   if (reply.has_stop()) return Status::Closed("learner is stopping: " + reply.stop().reason());
   if (!reply.has_welcome())
     return Status::Protocol(fmt::format("expected Welcome from {}, got message type {}", link.Who(),
@@ -197,7 +194,48 @@ Status WorkerClient::Handshake(Link& link, std::chrono::milliseconds timeout) {
     if (auto s = normalizer_->ApplyGlobal(reply.welcome().normalizer()); !s.ok())
       return Status::Protocol("Welcome: " + s.message());
   }
-  link.last_heard = link.last_sent = Clock::now();
+  link.last_heard = Clock::now();
+  return Status::Ok();
+}
+
+// Every learner's Hello first, then their Welcomes, so that the learners build their runs together; a learner that
+// has welcomed this worker gets heartbeats while the others build theirs (it would drop a worker silent for
+// transport.heartbeat_timeout_s).
+Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (auto& link : links_)
+    if (auto s = SendHello(*link, timeout); !s.ok()) return s;
+  const auto interval = std::chrono::milliseconds(
+      std::max<int64_t>(1, static_cast<int64_t>(config_.transport.heartbeat_interval_s * 1000)));
+  wire::Envelope heartbeat;
+  heartbeat.mutable_heartbeat();
+  std::vector<uint8_t> welcomed(links_.size(), 0);
+  std::size_t waiting = links_.size();
+  for (std::size_t i = 0; waiting > 0; i = (i + 1) % links_.size()) {
+    if (welcomed[i]) continue;
+    Link& link = *links_[i];
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      return Status::IoError(fmt::format("no answer from {} within {:.1f} s", link.Who(),
+                                         static_cast<double>(timeout.count()) / 1000));
+    wire::Envelope reply;
+    Status status;
+    // With one learner, one wait for the whole timeout; with several, a heartbeat interval at a time.
+    const auto wait = links_.size() == 1 ? left : std::min(left, interval);
+    if (ReceiveEnvelope(link.dealer, wait, &reply, &status)) {
+      if (!status.ok()) return status;
+      if (auto s = OnWelcome(link, reply); !s.ok()) return s;
+      welcomed[i] = 1;
+      --waiting;
+    }
+    const auto now = Clock::now();
+    for (std::size_t j = 0; j < links_.size(); ++j) {
+      if (!welcomed[j] || waiting == 0 || now - links_[j]->last_sent < interval) continue;
+      if (!SendEnvelope(links_[j]->dealer.socket(), heartbeat, &scratch_))
+        return Status::IoError(fmt::format("{} stopped taking messages", links_[j]->Who()));
+      links_[j]->last_sent = now;
+    }
+  }
   return Status::Ok();
 }
 
@@ -211,7 +249,7 @@ Status WorkerClient::SendStep(int g, bool first) {
   awaited_[g] = static_cast<int>(links_.size());
   if (!first)
     for (const auto& ep : groups_[g]->finished()) stats_.episodes += ep.cut ? 0 : 1;
-  ++stats_.messages;  // one per group step, whatever the learners
+  if (!send_failed_) ++stats_.messages;  // one per group step, whatever the learners
   return Status::Ok();
 }
 
@@ -279,6 +317,7 @@ void WorkerClient::SendStepTo(Link& link, int g, bool first) {
   }
   if (!SendEnvelope(link.dealer.socket(), out_, &scratch_)) {
     send_failed_ = true;  // reported by the loop
+    failed_link_ = link.Who();
     return;
   }
   link.sent_at[g] = link.last_sent = Clock::now();
@@ -379,7 +418,16 @@ Status WorkerClient::StartGroups() {
     if (normalizer_) normalizer_->OnReset(static_cast<int>(g), *groups_[g]);
     if (auto s = SendStep(static_cast<int>(g), /*first=*/true); !s.ok()) return s;
   }
+  // The learners' silence counts from here (resetting the envs may take a while).
+  for (auto& link : links_) link->last_heard = Clock::now();
   return Status::Ok();
+}
+
+std::string WorkerClient::LinkIdentity(const Link& link, int connection) const {
+  // The learner reads the connection from the last "-cN" (WorkerConnection::Of): with a policy's name in the
+  // identity (each socket's monitor is named after it) the suffix is there from the start, whatever the name.
+  if (link.policy.empty()) return connection == 0 ? base_identity_ : fmt::format("{}-c{}", base_identity_, connection);
+  return fmt::format("{}-{}-c{}", base_identity_, link.policy, connection);
 }
 
 // Fresh sockets and handshakes with every learner, with exponential backoff, until worker_give_up_s; then the
@@ -394,21 +442,13 @@ Status WorkerClient::Reconnect(const Link& failed, const std::string& why) {
     // A new identity per attempt: a late Welcome for an abandoned attempt must not reach this socket.
     ++connection_;
     for (auto& link : links_) {
-      link->identity = fmt::format("{}{}-c{}", base_identity_, link->policy.empty() ? "" : "-" + link->policy,
-                                   connection_);
+      link->identity = LinkIdentity(*link, connection_);
       link->dealer = WatchedDealer();  // drops what the old socket held (and its monitor) before the new one connects
       link->dealer = WatchedDealer::Connect(ctx_, link->identity, link->endpoint, config_.transport, curve_.get());
     }
-    Status s;
-    for (auto& link : links_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        s = Status::IoError("out of time");
-        break;
-      }
-      s = Handshake(*link, std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));
-      if (!s.ok()) break;
-    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    const Status s = Handshake(std::min(left, std::max(backoff, std::chrono::milliseconds(1000))));
     if (s.ok()) {
       ++stats_.reconnects;
       for (auto& link : links_) spdlog::info("{}: reconnected to {}", link->identity, link->Who());
@@ -416,7 +456,6 @@ Status WorkerClient::Reconnect(const Link& failed, const std::string& why) {
       return StartGroups();
     }
     if (s.code() != Status::Code::kIoError) return s;  // refused or a protocol error: retrying will not help
-    if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(
                                                       deadline - Clock::now())));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
@@ -429,8 +468,8 @@ Status WorkerClient::Reconnect(const Link& failed, const std::string& why) {
 Status WorkerClient::Loop() {
   const auto give_up_ms =
       std::chrono::milliseconds(static_cast<int64_t>(config_.transport.worker_give_up_s * 1000));
+  if (auto s = Handshake(give_up_ms); !s.ok()) return s;
   for (auto& link : links_) {
-    if (auto s = Handshake(*link, give_up_ms); !s.ok()) return s;
     spdlog::info("{}: connected to {} ({} envs of {} in {} groups{})", link->identity, link->Who(),
                  config_.env.num_envs, config_.env.name, groups_.size(),
                  link->rows ? fmt::format(", agents {}", fmt::join(link->rows->agents(), ", ")) : std::string());
@@ -444,12 +483,9 @@ Status WorkerClient::Loop() {
   heartbeat.mutable_heartbeat();
   std::vector<zmq::pollitem_t> items;
   while (!stop_requested_.load()) {
-    if (send_failed_) {
-      const Link& link = *links_[0];
-      return Status::IoError(fmt::format("{} stopped taking messages for {} s; giving up",
-                                         links_.size() > 1 ? "a policy's learner" : link.Who(),
+    if (send_failed_)
+      return Status::IoError(fmt::format("{} stopped taking messages for {} s; giving up", failed_link_,
                                          config_.transport.worker_give_up_s));
-    }
     // The sockets change when they are connected to again: the poll set is built from them each time round.
     items.clear();
     for (auto& link : links_) items.push_back({link->dealer.socket().handle(), 0, ZMQ_POLLIN, 0});
@@ -471,7 +507,10 @@ Status WorkerClient::Loop() {
           reconnect = &link;
           why = "stopped answering";
         } else if (now - link.last_sent >= interval) {
-          if (!SendEnvelope(link.dealer.socket(), heartbeat, &scratch_)) send_failed_ = true;
+          if (!SendEnvelope(link.dealer.socket(), heartbeat, &scratch_)) {
+            send_failed_ = true;
+            failed_link_ = link.Who();
+          }
           link.last_sent = now;
         }
         continue;

@@ -69,7 +69,7 @@ class WorkerClient {
   struct Link {
     std::string policy;    // empty: the run's one learner
     std::string endpoint;
-    std::string identity;  // base_identity_ (-POLICY with several), then -cN for the Nth reconnection
+    std::string identity;  // LinkIdentity
     WatchedDealer dealer;  // the DEALER and its connection events (a refused CURVE key, ...)
     std::unique_ptr<PolicyRows> rows;  // several policies: this policy's rows; null: every row of the group
     std::vector<int64_t> obs_shape;    // [rows of a group's request, obs...]
@@ -86,7 +86,12 @@ class WorkerClient {
 
   WorkerClient() = default;
   Status Loop();
-  Status Handshake(Link& link, std::chrono::milliseconds timeout);
+  // Hello to every learner, then each one's Welcome, within `timeout`.
+  Status Handshake(std::chrono::milliseconds timeout);
+  Status SendHello(Link& link, std::chrono::milliseconds timeout);
+  Status OnWelcome(Link& link, const wire::Envelope& reply);
+  // worker-HOST-INDEX-PID, then -cN for the Nth reconnection; with a policy -POLICY-cN, -c0 included.
+  std::string LinkIdentity(const Link& link, int connection) const;
   Status Reconnect(const Link& failed, const std::string& why);
   Status StartGroups();
   // Sends group g's step to every learner (its rows of it).
@@ -112,6 +117,7 @@ class WorkerClient {
   std::string scratch_;
   std::atomic<bool> stop_requested_{false};
   bool send_failed_ = false;
+  std::string failed_link_;  // the learner a send to failed (Link::Who)
   WorkerStats stats_;
 };
 

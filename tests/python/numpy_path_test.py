@@ -533,7 +533,7 @@ g2.step(acts)
 expect_error(lambda: g2.step(acts), "every agent of policy 'late'", "not supported")
 # The worker: one connection per policy over that policy's views, identities per policy.
 w = MultiPolicyWorker([signals_env.make] * 4, specs, num_groups=2, worker_id="w7")
-assert [c.identity for c in w.channels] == [b"w7-talk", b"w7-hear"]
+assert [c.identity for c in w.channels] == [b"w7-talk-c0", b"w7-hear-c0"]
 assert [c.groups[1] for c in w.channels] == w.groups[1].views and w.channels[1].groups[0].num_agents == 2
 assert w.channels[0].num_agents == 1 and w.channels[1].state_space.shape == (2,)
 assert w.channels[0].env_name == "signals_v0"

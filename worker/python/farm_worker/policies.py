@@ -274,7 +274,7 @@ class MultiPolicyWorker:
     """Steps multi-agent envs for several farm-learners, one per policy (PolicySpec), over one DEALER each.
 
     env_fns: one callable per env, split into num_groups groups (double buffering, as PythonWorker). Each policy's
-    connection is a PythonWorker over its views (identity "<worker_id>-<policy>"): its handshake, heartbeats,
+    connection is a PythonWorker over its views (identity "<worker_id>-<policy>-c0", then -cN): its handshake, heartbeats,
     normaliser and statistics are that learner's. normalization and rollout_length are every policy's unless its
     PolicySpec has its own. run() returns {policy name: WorkerStats} when a learner says Stop; it raises as
     PythonWorker.run does, naming the policy."""
@@ -311,7 +311,10 @@ class MultiPolicyWorker:
                 env_source=env_source, groups=[jg.views[k] for jg in self.groups]))
             c = self.channels[-1]
             if worker_id is None:
-                c.identity = c._base_identity = c.identity + f"-{p.name}".encode()
+                c._base_identity = c.identity + f"-{p.name}".encode()
+            # The learner reads a connection number from the last "-cN" of an identity: with the policy's name in
+            # it, the suffix is there from the start, whatever the name (a policy named "c1" included).
+            c.identity = c._base_identity + b"-c0"
         self._pending: List[List[Any]] = [[None] * len(policies) for _ in self.groups]
         self._stop_requested = False
         self._linger_ms = 0
@@ -340,6 +343,37 @@ class MultiPolicyWorker:
                 if c.normalizer is not None:
                     c.normalizer.on_reset(g, c.groups[g])
                 c._send_step(g, True)
+
+    def _handshake_all(self) -> bool:
+        """Every learner's Hello first, then their Welcomes (within give_up_s), so that the learners build their
+        runs together; a learner that has welcomed this worker gets heartbeats while the others build theirs (it
+        would drop a worker silent for its heartbeat timeout). False on a Stop or a stop request."""
+        for c in self.channels:
+            c._connect()
+            c._send_hello()
+        give_up_s = min(c.give_up_s for c in self.channels)
+        deadline = time.monotonic() + give_up_s
+        for p, c in zip(self.policies, self.channels):
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    if not c._await_welcome(max(0.001, min(left, c.heartbeat_s))):
+                        return False
+                    break
+                except LearnerTimeout as e:
+                    if time.monotonic() >= deadline:
+                        raise LearnerTimeout(f"policy {p.name!r}: no answer to Hello: is a farm-learner listening "
+                                             f"there? (the learner at {c.endpoint}, {give_up_s:g} s)") from e
+                except (ProtocolError, WorkerError) as e:
+                    raise type(e)(f"policy {p.name!r}: {e}") from e
+                now = time.monotonic()
+                for other in self.channels:
+                    if other._handshaken and now - other._last_heartbeat >= other.heartbeat_s:
+                        beat = other.pb.Envelope()
+                        beat.heartbeat.SetInParent()
+                        other._send(beat)
+                        other._last_heartbeat = now
+        return True
 
     def _reconnect(self, why: str) -> bool:
         """Every policy's connection anew (new identities), then the episodes start over: a learner that lost this
@@ -382,14 +416,8 @@ class MultiPolicyWorker:
     def run(self) -> Dict[str, WorkerStats]:
         start = time.monotonic()
         try:
-            for c in self.channels:
-                c._connect()
-            for p, c in zip(self.policies, self.channels):
-                try:
-                    if not c._handshake():
-                        return self.stats
-                except (ProtocolError, WorkerError, LearnerTimeout) as e:
-                    raise type(e)(f"policy {p.name!r}: {e}") from e
+            if not self._handshake_all():
+                return self.stats
             self._start_groups(seeded=True)
             heard = [time.monotonic()] * len(self.channels)
             while not self._stop_requested:

@@ -395,6 +395,12 @@ class PythonWorker:
     # -- protocol
 
     def _handshake(self, timeout_s: Optional[float] = None) -> bool:
+        """Hello, then the learner's Welcome within timeout_s (default give_up_s). False when it says Stop or a stop
+        is requested; raises LearnerTimeout, ProtocolError or WorkerError otherwise."""
+        self._send_hello()
+        return self._await_welcome(timeout_s)
+
+    def _send_hello(self) -> None:
         pb = self.pb
         env = pb.Envelope()
         h = env.hello
@@ -413,6 +419,8 @@ class PythonWorker:
         if self.env_source and "env_source" in h.DESCRIPTOR.fields_by_name:  # an older farm_pb2.py lacks it
             h.env_source = self.env_source
         self._send(env)
+
+    def _await_welcome(self, timeout_s: Optional[float] = None) -> bool:
         reply = self._receive("no answer to Hello: is a farm-learner listening there?", timeout_s)
         if reply is None:
             self.stats.stop_reason = "stop requested"
