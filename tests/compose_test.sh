@@ -9,7 +9,11 @@
 #     the user the containers run as (FARM_UID/FARM_GID; a non-root uid here, so that it shows).
 #  3. A long run stopped mid-way with `docker-compose stop` (TERM, the learner's 30 s grace): a final
 #     checkpoint named by `latest`, summary.json with the signal as stop reason, every container exited 0.
-#  4. `docker-compose down`: no container or network of the project is left.
+#  4. Two policies (configs/uav_teams.yaml, FARM_CONFIG): the learner's container runs a learner per policy
+#     (scripts/farm learners), the workers reach both through tcp://learner:5555; trained to the end (every
+#     container exits 0, each policy's summary and final checkpoint), then a long run stopped with
+#     `docker-compose stop` (each policy's final checkpoint, SIGTERM as its stop reason, every container 0).
+#  5. `docker-compose down`: no container or network of the project is left.
 # Usage: compose_test.sh   (as root, or as a member of the docker group with dockerd running). `scripts/farm
 # test --compose` installs docker.io, docker-compose and debootstrap first. Exit status 77: no dockerd can
 # run here (said why); anything else that goes wrong fails the test.
@@ -136,7 +140,56 @@ print(f"ok: stopped mid-run ({s['stop_reason']}) at {s['env_steps']} env steps; 
 PY
 check_owner
 
-# --- 4. down -----------------------------------------------------------------------------------------------
+# --- 4. two policies (configs/uav_teams.yaml): a learner per policy in the learner's container -------------
+# To the end: the first learner to reach the budget stops the workers, the other is stopped with a final
+# checkpoint, and every container exits 0. Then a long run stopped mid-way: both learners checkpoint.
+compose down -t 5 > /dev/null 2>&1
+rm -rf "${run:?}"
+teams_set="--set total_env_steps=20000 --set env.num_envs=4 --set learner.checkpoint_every=5"
+t0=$SECONDS
+FARM_CONFIG=configs/uav_teams.yaml FARM_SET="$teams_set" compose up -d --scale worker=2 > "$tmp/up3.log" 2>&1 ||
+  { cat "$tmp/up3.log"; fail "docker-compose up (two policies) failed"; }
+wait_until 300 all_exited learner || { compose logs --tail 30; fail "the two policies' learners did not finish within 300 s"; }
+wait_until 60 all_exited worker || { compose logs --tail 30 worker; fail "the workers did not stop after the learners"; }
+codes="$(container_exit learner) $(container_exit worker)"
+[ "$(echo $codes)" = "0 0 0" ] || { compose logs --tail 30; fail "two policies: exit codes (learner, workers): $codes"; }
+run="$(run_dir)"
+python3 - "$run" <<'PY' || { compose logs --tail 30 learner; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+for name in ("team_a", "team_b"):
+    s = json.load(open(os.path.join(run, name, "summary.json")))
+    assert s["num_agents"] == 5 and s["workers_joined"] == 2 and s["workers_lost"] == 0, s
+    assert s["env_steps"] >= 19000, s
+    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
+    assert latest == f"ckpt-{s['updates']:08d}.pt", (latest, s["updates"])
+    print(f"ok: two policies, {name}: {s['env_steps']} env steps, {s['workers_joined']} workers, {s['stop_reason']}")
+PY
+check_owner
+echo "ok: two policies' learners in one container, trained to the end in $(elapsed $t0) s"
+compose down -t 5 > /dev/null 2>&1
+rm -rf "${run:?}"
+FARM_CONFIG=configs/uav_teams.yaml FARM_SET="--set total_env_steps=1000000000 --set env.num_envs=4" \
+  compose up -d --scale worker=2 > "$tmp/up4.log" 2>&1 || { cat "$tmp/up4.log"; fail "docker-compose up (two policies, long) failed"; }
+wait_until 120 eval 'r=$(run_dir); [ -n "$r" ] && has_rows "$r/team_a/metrics.jsonl" 3 && has_rows "$r/team_b/metrics.jsonl" 3' ||
+  { compose logs --tail 30; fail "the two policies' long run wrote no metrics"; }
+compose stop > "$tmp/stop2.log" 2>&1 || { cat "$tmp/stop2.log"; fail "docker-compose stop (two policies) failed"; }
+codes="$(container_exit learner) $(container_exit worker)"
+[ "$(echo $codes)" = "0 0 0" ] || { compose logs --tail 30; fail "two policies, after stop: exit codes (learner, workers): $codes"; }
+run="$(run_dir)"
+python3 - "$run" <<'PY' || { compose logs --tail 30 learner; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+for name in ("team_a", "team_b"):
+    s = json.load(open(os.path.join(run, name, "summary.json")))
+    assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
+    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
+    assert latest == f"ckpt-{s['updates']:08d}.pt", (latest, s["updates"])
+    print(f"ok: two policies stopped mid-run, {name}: {s['stop_reason']}, final checkpoint {latest}")
+PY
+check_owner
+
+# --- 5. down -----------------------------------------------------------------------------------------------
 compose down -t 5 > /dev/null 2>&1 || fail "docker-compose down failed"
 left="$(docker ps -a -q --filter "label=com.docker.compose.project=$project")"
 [ -z "$left" ] || fail "containers left after down: $left"

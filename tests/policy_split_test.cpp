@@ -119,10 +119,26 @@ TEST_CASE("ParsePolicyEndpoints: one NAME=ENDPOINT per policy, in the config's o
              Catch::Contains("no endpoint for policy 'b'"));
   CHECK_THAT(ParsePolicyEndpoints(c, "a=x,c=y", false, &out).message(), Catch::Contains("no policy 'c'"));
   CHECK_THAT(ParsePolicyEndpoints(c, "a=x,a=y", false, &out).message(), Catch::Contains("'a' given twice"));
-  CHECK_THAT(ParsePolicyEndpoints(c, "tcp://h:1", false, &out).message(), Catch::Contains("expected NAME=ENDPOINT"));
+  CHECK_THAT(ParsePolicyEndpoints(c, "ipc:///tmp/x", false, &out).message(), Catch::Contains("expected NAME=ENDPOINT"));
+  CHECK_THAT(ParsePolicyEndpoints(c, "tcp://h", false, &out).message(), Catch::Contains("one tcp://HOST:PORT"));
+  CHECK_THAT(ParsePolicyEndpoints(c, "tcp://h:65535", false, &out).message(),
+             Catch::Contains("ports 65535 to 65536"));
   CHECK_THAT(ParsePolicyEndpoints(c, "", false, &out).message(), Catch::Contains("no endpoint for policy 'a'"));
   REQUIRE(ParsePolicyEndpoints(c, "", true, &out).ok());
   CHECK((out.size() == 2 && out[0].endpoint.empty()));
+}
+
+TEST_CASE("ParsePolicyEndpoints: one tcp://HOST:PORT is the i-th policy's learner on PORT + i", "[policy_split]") {
+  FarmConfig c;
+  c.policies = {Policy("talk", {"0"}), Policy("hear", {"1"}), Policy("rest", {"*"})};
+  std::vector<PolicyEndpoint> out;
+  REQUIRE(ParsePolicyEndpoints(c, "tcp://learner:5555", false, &out).ok());
+  REQUIRE(out.size() == 3);
+  CHECK((out[0].name == "talk" && out[0].endpoint == "tcp://learner:5555"));
+  CHECK((out[1].name == "hear" && out[1].endpoint == "tcp://learner:5556"));
+  CHECK((out[2].name == "rest" && out[2].endpoint == "tcp://learner:5557"));
+  REQUIRE(ParsePolicyEndpoints(c, "tcp://[::1]:7000", false, &out).ok());
+  CHECK(out[2].endpoint == "tcp://[::1]:7002");
 }
 
 TEST_CASE("PolicyRows: each policy reads its own agents' rows and its actions reach them", "[policy_split]") {
@@ -196,6 +212,22 @@ TEST_CASE("PolicyRows: an agent that finishes early is inactive in its policy's 
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("every agent of policy 'alone' (agents 3) has finished while the env goes "
                                           "on (for agents 0, 1, 2)"));
+}
+
+TEST_CASE("policy_split: configs/uav_teams.yaml gives UAVs 0-4 to team_a and 5-9 to team_b", "[policy_split]") {
+  std::string root = __FILE__;
+  root = root.substr(0, root.rfind("/tests/"));
+  FarmConfig config;
+  const Status loaded = LoadConfig(root + "/configs/uav_teams.yaml", {}, &config);
+  INFO(loaded.ToString());
+  REQUIRE(loaded.ok());
+  REQUIRE(config.policies.size() == 2);
+  std::vector<std::vector<int>> owned;
+  REQUIRE(AssignAgentIndices(config.policies, static_cast<int>(config.env.options.at("agents")), &owned).ok());
+  CHECK(owned == std::vector<std::vector<int>>{{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}});
+  std::vector<PolicyEndpoint> endpoints;
+  REQUIRE(ParsePolicyEndpoints(config, "tcp://learner:5555", false, &endpoints).ok());
+  CHECK((endpoints[0].endpoint == "tcp://learner:5555" && endpoints[1].endpoint == "tcp://learner:5556"));
 }
 
 }  // namespace

@@ -10,7 +10,10 @@
 #  3. one worker task killed (kill -9) inside the job: the learner drops it and trains on with the other to
 #     the run's step budget, and the job ends COMPLETED;
 #  4. FARM_LEARNERS_PER_NODE=2: two learner ranks as one step of two tasks, the workers spread over them, train
-#     CartPole to its target with rank 0 writing the run.
+#     CartPole to its target with rank 0 writing the run;
+#  5. a config with two policies (uav_coverage, UAVs 0-1 and 2-3): a learner step of two tasks, one learner per
+#     policy on FARM_PORT and FARM_PORT + 1, every worker reaching both; each policy trains in RUN/NAME to the run's
+#     step budget with every worker, and the job ends COMPLETED.
 # Exit status 77 (said so) only when the daemons cannot run here (not root, or they exit at start).
 # Usage: slurm_test.sh BUILD_DIR
 build_dir="$(cd "$1" && pwd)"
@@ -203,3 +206,43 @@ s1 = json.load(open(os.path.join(run, "ranks", "rank1", "summary.json")))
 assert s1["rank"] == 1 and s1["updates"] == s["updates"], (s1["updates"], s["updates"])
 PY
 echo "ok: job $job trained CartPole with 2 learner ranks and ended COMPLETED ($((SECONDS - t0)) s)"
+
+# 5. Two policies: one learner per policy as one step of two tasks, every worker reaching both.
+t0=$SECONDS
+cat > teams.yaml <<EOF
+name: teams
+total_env_steps: 20000
+stop_at_target: false
+env:
+  name: uav_coverage
+  num_envs: 4
+  options: {agents: 4, grid: 10, obstacles: 4, window: 5, max_steps: 40}
+learner: {progress_interval_s: 100}
+ppo: {rollout_length: 20, hidden_sizes: [32]}
+policies:
+  - {name: scouts, agents: ["[0-1]"]}
+  - {name: rest, agents: ["*"], set: ["ppo.hidden_sizes=[16]"]}
+EOF
+submit farm-teams teams.yaml
+wait_state "$job" COMPLETED 240
+run="$(run_of teams)"
+[ -n "$run" ] || fail "job $job left no runs/teams-* in the submit directory"
+grep -q "2 policies: scouts rest" "farm-$job.out" || { cat "farm-$job.out"; fail "the script did not start a learner per policy"; }
+python3 - "$run" "$(nproc)" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run, cores = sys.argv[1], int(sys.argv[2])
+steps = []
+for name, hidden in (("scouts", [32]), ("rest", [16])):
+    s = json.load(open(os.path.join(run, name, "summary.json")))
+    spec = json.load(open(os.path.join(run, name, "policy_spec.json")))
+    print(f"  {name}:", json.dumps({k: s.get(k) for k in ("env_steps", "agent_steps", "workers", "stop_reason")}))
+    assert s["num_agents"] == 2 and s["agent_steps"] == 2 * s["env_steps"], s
+    assert s["workers"] == cores and s["workers_lost"] == 0 and s["protocol_errors"] == 0, s
+    assert spec.get("hidden_sizes") == hidden, spec
+    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
+    assert latest == "ckpt-%08d.pt" % s["updates"], ("a final checkpoint of the last update", latest, s["updates"])
+    steps.append(s["env_steps"])
+# The first to reach the budget stopped the workers; the other was stopped (SIGTERM) within an update of it.
+assert max(steps) >= 20000 and min(steps) >= 20000 - 2 * 20 * 4 * cores, steps
+PY
+echo "ok: job $job trained two policies, a learner each, and ended COMPLETED ($((SECONDS - t0)) s)"

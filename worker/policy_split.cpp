@@ -22,6 +22,29 @@ Status ParsePolicyEndpoints(const FarmConfig& config, const std::string& text, b
   std::map<std::string, std::string> by_name;
   if (text.empty() && allow_empty)
     for (const auto& n : names) by_name.emplace(n, "");
+  // One tcp://HOST:PORT for every policy: the i-th policy's learner on PORT + i (as scripts/farm cluster, Slurm and
+  // docker-compose start them).
+  if (!text.empty() && text.find_first_of("=,") == std::string::npos) {
+    const auto colon = text.rfind(':');
+    const std::string digits = colon == std::string::npos ? "" : text.substr(colon + 1);
+    const bool numeric = !digits.empty() && digits.size() <= 5 &&
+                         std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (text.rfind("tcp://", 0) != 0 || !numeric) {
+      return Status::InvalidArgument(fmt::format(
+          "--learner: '{}': {}, or one tcp://HOST:PORT for the i-th policy's learner on PORT + i", text, expected()));
+    }
+    const int port = std::stoi(digits);
+    const int last = port + static_cast<int>(names.size()) - 1;
+    if (port < 1 || last > 65535) {
+      return Status::InvalidArgument(fmt::format("--learner: '{}': {} policies need ports {} to {}, past 65535 or "
+                                                 "below 1",
+                                                 text, names.size(), port, last));
+    }
+    out->clear();
+    for (std::size_t i = 0; i < names.size(); ++i)
+      out->push_back({names[i], fmt::format("{}:{}", text.substr(0, colon), port + static_cast<int>(i))});
+    return Status::Ok();
+  }
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
     const auto eq = item.find('=');

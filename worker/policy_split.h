@@ -26,8 +26,9 @@ struct PolicyEndpoint {
 
 // farm-worker --learner with the config's policies: "NAME=ENDPOINT,NAME=ENDPOINT", one per policy, returned in the
 // config's order. InvalidArgument naming an item that is not NAME=ENDPOINT, an unknown policy, one given twice or
-// one without an endpoint. An empty `text` with `allow_empty` gives every policy an empty endpoint (farm-worker
-// --check-python, which connects to nothing).
+// one without an endpoint. One "tcp://HOST:PORT" alone names every policy's learner: the i-th policy's (from 0, in
+// the config's order) on PORT + i, as scripts/farm cluster, Slurm and docker-compose start them. An empty `text`
+// with `allow_empty` gives every policy an empty endpoint (farm-worker --check-python, which connects to nothing).
 Status ParsePolicyEndpoints(const FarmConfig& config, const std::string& text, bool allow_empty,
                             std::vector<PolicyEndpoint>* out);
 
