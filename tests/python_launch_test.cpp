@@ -91,7 +91,12 @@ TEST_CASE("policies: the Python worker gets each policy's endpoint and agent pat
     CHECK_THAT(s.message(), Catch::Contains(words) && Catch::Contains("speaker, listener"));
   };
   refused("speaker=tcp://127.0.0.1:6000", "no endpoint for policy 'listener'");
-  refused("tcp://127.0.0.1:6000", "'tcp://127.0.0.1:6000'");
+  refused("ipc:///tmp/learner", "'ipc:///tmp/learner'");
+  // One tcp://HOST:PORT: the i-th policy's learner on PORT + i.
+  REQUIRE(PythonWorkerArgv(c, 0, "tcp://127.0.0.1:6000", "", {}, &argv).ok());
+  const auto base = std::find(argv.begin(), argv.end(), "--policy");
+  REQUIRE(std::distance(base, argv.end()) >= 8);
+  CHECK((base[2] == "tcp://127.0.0.1:6000" && base[5] == "listener" && base[6] == "tcp://127.0.0.1:6001"));
   refused("speaker=tcp://a:1,listener=tcp://a:2,prey=tcp://a:3", "no policy 'prey'");
   refused("speaker=tcp://a:1,speaker=tcp://a:2", "policy 'speaker' given twice");
 }
