@@ -269,12 +269,6 @@ void ApplyCoreDefaults(FarmConfig* out) {
 // The checks of a `policies:` list (each policy's own config is checked by PolicyRunConfig).
 Status ValidatePolicies(const FarmConfig& c) {
   if (c.policies.empty()) return Status::Ok();
-  // A C++ env's worker hands each policy's learner its agents' rows as the env writes them, with one set of
-  // normalisation statistics (worker/policy_split.h).
-  if (c.env.python.empty() && (c.env.normalize_obs || c.env.normalize_reward))
-    return Status::InvalidArgument(
-        "policies: several policies for a C++ env cannot normalise observations or rewards (env.normalize_obs, "
-        "env.normalize_reward: the worker keeps one set of statistics, not one per policy); set them false");
   if (c.env.frame_stack != 1)
     return Status::InvalidArgument(fmt::format(
         "policies: several policies cannot stack frames (env.frame_stack is {}); set env.frame_stack=1",

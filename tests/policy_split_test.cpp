@@ -214,6 +214,51 @@ TEST_CASE("PolicyRows: an agent that finishes early is inactive in its policy's 
                                           "on (for agents 0, 1, 2)"));
 }
 
+TEST_CASE("PolicyRows: a policy's normaliser counts and normalises its own agents' rows only", "[policy_split]") {
+  auto group = Group(/*done_at=*/3);  // agent 3 finishes after 3 steps: its rows stop counting
+  PolicyRows low("low", {0, 1}, *group);
+  PolicyRows high("high", {2, 3}, *group);
+  NormalizerOptions o;
+  o.obs = o.reward = true;
+  o.gamma = 0.5;
+  Normalizer n_low(o, 3), n_high(o, 3);
+  n_low.AddGroup(2, 2);
+  n_high.AddGroup(2, 2);
+  REQUIRE(low.Gather(*group).ok());
+  REQUIRE(high.Gather(*group).ok());
+  n_low.OnReset(0, low.ForNormalizer(*group));
+  n_high.OnReset(0, high.ForNormalizer(*group));
+  // high's rows, env-major: agent 2 of env 0, agent 3 of env 0, agent 2 of env 1, agent 3 of env 1.
+  int64_t agent3_rows = 2;  // the reset's
+  std::vector<int64_t> actions(static_cast<std::size_t>(group->rows()), 1);  // a team reward of 4 per step
+  for (int t = 1; t <= 4; ++t) {
+    group->Step(actions.data(), nullptr);
+    REQUIRE(low.Gather(*group).ok());
+    REQUIRE(high.Gather(*group).ok());
+    n_low.OnStep(0, low.ForNormalizer(*group));
+    n_high.OnStep(0, high.ForNormalizer(*group));
+    agent3_rows += high.any_inactive() ? high.active()[1] + high.active()[3] : 2;
+  }
+  REQUIRE(agent3_rows < 10);  // agent 3 stopped acting within the 4 steps
+  // Each policy's statistics are its acting agents': element 0 is the agent's index, 0 and 1 for `low`, 2 and 3 for
+  // `high` (a group-wide normaliser would hold every agent's rows, with a mean near 1.5).
+  CHECK(n_low.pending_obs().count() == 5 * 4);
+  CHECK(n_low.pending_obs().mean()[0] == Approx(0.5));
+  const int64_t high_rows = 10 + agent3_rows;  // agent 2's: 2 envs x 5 observations
+  CHECK(n_high.pending_obs().count() == high_rows);
+  CHECK(n_high.pending_obs().mean()[0] ==
+        Approx((2.0 * 10 + 3.0 * static_cast<double>(agent3_rows)) / static_cast<double>(high_rows)));
+  // Normalised with those statistics: `low`'s agent 0 below its mean, agent 1 above, by the same amount.
+  const float* out = n_low.obs(0);
+  CHECK(out[0] < 0.f);
+  CHECK(out[0] == Approx(-out[3]));
+  // Both scale the team's reward by the same running return (the env's, not a row's): equal scaled rewards.
+  CHECK(n_low.pending_ret().count() == 4 * 2);
+  CHECK(n_high.pending_ret().count() == 4 * 2);
+  CHECK(n_low.reward(0)[0] == Approx(n_high.reward(0)[0]));
+  CHECK(n_low.reward(0)[0] != Approx(4.f));  // scaled, not raw
+}
+
 TEST_CASE("policy_split: configs/uav_teams.yaml gives UAVs 0-4 to team_a and 5-9 to team_b", "[policy_split]") {
   std::string root = __FILE__;
   root = root.substr(0, root.rfind("/tests/"));

@@ -35,18 +35,31 @@ void Normalizer::RefreshTransform() {
   if (options_.obs) transform_ = ObsTransform::From(obs_view(), options_.obs_clip);
 }
 
-// Counts (unless frozen) and normalises the group's observations and final observations.
-void Normalizer::Observe(Group& s, const EnvGroup& group) {
+NormalizerInput NormalizerInput::Of(const EnvGroup& group) {
+  NormalizerInput in;
+  in.envs = group.size();
+  in.agents = group.num_agents();
+  in.obs = group.obs();
+  in.final_obs = &group.final_obs();
+  in.active = group.any_inactive() ? group.active() : nullptr;
+  in.reward = group.reward();
+  in.team_reward = group.team_reward();
+  in.ended = group.ended();
+  return in;
+}
+
+// Counts (unless frozen) and normalises the rows' observations and final observations.
+void Normalizer::Observe(Group& s, const NormalizerInput& in) {
   if (!options_.obs) {
-    s.obs_out = group.obs();
-    s.final_obs_out = &group.final_obs();
+    s.obs_out = in.obs;
+    s.final_obs_out = in.final_obs;
     return;
   }
-  const int64_t rows = group.rows();
+  const int64_t rows = in.rows();
   if (!frozen_) {
     // The rows that act: an agent that finished early (env.h, agents_finish_early) repeats its last observation
     // until its env ends, which would weigh it once per step. Runs of acting rows, in row order.
-    const uint8_t* active = group.any_inactive() ? group.active() : nullptr;
+    const uint8_t* active = in.active;
     for (int64_t begin = 0; begin < rows;) {
       int64_t end = rows;
       if (active != nullptr) {
@@ -55,7 +68,7 @@ void Normalizer::Observe(Group& s, const EnvGroup& group) {
         while (end < rows && active[end]) ++end;
       }
       if (end > begin) {
-        const float* first = group.obs() + begin * obs_numel_;
+        const float* first = in.obs + begin * obs_numel_;
         pending_obs_.AddRows(first, end - begin);
         if (!has_global_obs_) own_obs_.AddRows(first, end - begin);
       }
@@ -63,49 +76,48 @@ void Normalizer::Observe(Group& s, const EnvGroup& group) {
     }
     if (!has_global_obs_) RefreshTransform();
   }
-  transform_.Apply(group.obs(), s.obs.data(), rows);
-  s.final_obs.resize(group.final_obs().size());
-  transform_.Apply(group.final_obs().data(), s.final_obs.data(),
-                   static_cast<int64_t>(group.final_obs().size()) / obs_numel_);
+  transform_.Apply(in.obs, s.obs.data(), rows);
+  s.final_obs.resize(in.final_obs->size());
+  transform_.Apply(in.final_obs->data(), s.final_obs.data(), static_cast<int64_t>(in.final_obs->size()) / obs_numel_);
   s.obs_out = s.obs.data();
   s.final_obs_out = &s.final_obs;
 }
 
-void Normalizer::OnReset(int g, const EnvGroup& group) {
+void Normalizer::OnReset(int g, const NormalizerInput& in) {
   Group& s = groups_.at(static_cast<std::size_t>(g));
-  if (group.size() != s.envs || group.num_agents() != s.agents)
+  if (in.envs != s.envs || in.agents != s.agents)
     throw std::invalid_argument(fmt::format("Normalizer::OnReset: group {} has {} envs x {} agents, registered {} x {}",
-                                            g, group.size(), group.num_agents(), s.envs, s.agents));
+                                            g, in.envs, in.agents, s.envs, s.agents));
   std::fill(s.returns.begin(), s.returns.end(), 0.0);
-  Observe(s, group);
+  Observe(s, in);
   // No rewards yet: the first request carries none.
-  s.reward_out = options_.reward ? s.reward.data() : group.reward();
+  s.reward_out = options_.reward ? s.reward.data() : in.reward;
 }
 
-void Normalizer::OnStep(int g, const EnvGroup& group) {
+void Normalizer::OnStep(int g, const NormalizerInput& in) {
   Group& s = groups_.at(static_cast<std::size_t>(g));
-  Observe(s, group);
+  Observe(s, in);
   if (!options_.reward) {
-    s.reward_out = group.reward();
+    s.reward_out = in.reward;
     return;
   }
   if (!frozen_) {
     for (int e = 0; e < s.envs; ++e) {
       // The env's team reward: not a row's, since an agent that finished early (env.h, agents_finish_early)
       // gets 0 on its row while the team goes on.
-      s.returns[e] = options_.gamma * s.returns[e] + static_cast<double>(group.team_reward()[e]);
+      s.returns[e] = options_.gamma * s.returns[e] + static_cast<double>(in.team_reward[e]);
       pending_ret_.Add(&s.returns[e]);
       if (!has_global_ret_) own_ret_.Add(&s.returns[e]);
     }
   }
   const RunningMoments& view = ret_view();
   // Each row's own reward (the team's, or 0 on a row whose agent had finished).
-  const int64_t rows = group.rows();
+  const int64_t rows = in.rows();
   for (int64_t r = 0; r < rows; ++r)
-    s.reward[static_cast<std::size_t>(r)] = ScaleReward(group.reward()[r], view, options_.reward_clip);
+    s.reward[static_cast<std::size_t>(r)] = ScaleReward(in.reward[r], view, options_.reward_clip);
   // An env's return restarts only when the env ended (every row flagged), not at one agent's own termination.
   for (int e = 0; e < s.envs; ++e)
-    if (group.ended()[e]) s.returns[e] = 0.0;
+    if (in.ended[e]) s.returns[e] = 0.0;
   s.reward_out = s.reward.data();
 }
 

@@ -1,8 +1,10 @@
 // Normalizer: observation normalisation and reward scaling on the worker
 // (env.normalize_obs, env.normalize_reward), beside a worker's EnvGroups. It
-// reads what a group wrote after Reset/Step and writes transformed copies for
-// the worker to send; the envs and EnvGroup never see it, and the learner's
-// hot loop does no per-row work for it.
+// reads what a group wrote after Reset/Step (or, with several policies, one
+// policy's rows of it: a normaliser per policy's learner, each with its own
+// statistics) and writes transformed copies for the worker to send; the envs
+// and EnvGroup never see it, and the learner's hot loop does no per-row work
+// for it.
 //
 //   obs'    = clip((obs - mean) / sqrt(var + 1e-8), +-obs_clip)   per element;
 //             every agent row of a multi-agent env is a sample of the same
@@ -36,6 +38,21 @@
 
 namespace farm {
 
+// What a Normalizer reads of a step: a group's rows (NormalizerInput::Of), or one policy's rows of a group
+// (PolicyRows::ForNormalizer). Borrowed pointers, valid until the next Reset/Step of the group.
+struct NormalizerInput {
+  int envs = 0;
+  int agents = 1;                               // rows per env
+  const float* obs = nullptr;                   // [envs * agents, obs...]
+  const std::vector<float>* final_obs = nullptr;  // the truncated rows' final observations
+  const uint8_t* active = nullptr;              // [rows], or null: every row acts
+  const float* reward = nullptr;                // [rows]
+  const float* team_reward = nullptr;           // [envs]: the env's reward (the running return's)
+  const uint8_t* ended = nullptr;               // [envs]: the env's episode ended at this step
+  int64_t rows() const { return static_cast<int64_t>(envs) * agents; }
+  static NormalizerInput Of(const EnvGroup& group);
+};
+
 class Normalizer {
  public:
   Normalizer(const NormalizerOptions& options, int64_t obs_numel);
@@ -46,10 +63,12 @@ class Normalizer {
 
   // After group g's EnvGroup::Reset(): its envs' returns start at 0; the first observations are
   // counted and normalised.
-  void OnReset(int g, const EnvGroup& group);
+  void OnReset(int g, const EnvGroup& group) { OnReset(g, NormalizerInput::Of(group)); }
+  void OnReset(int g, const NormalizerInput& in);
   // After group g's EnvGroup::Step(): observations counted and normalised (final observations
   // normalised only), returns advanced and counted, rewards scaled, ended episodes' returns reset.
-  void OnStep(int g, const EnvGroup& group);
+  void OnStep(int g, const EnvGroup& group) { OnStep(g, NormalizerInput::Of(group)); }
+  void OnStep(int g, const NormalizerInput& in);
 
   // Group g's latest output, laid out as EnvGroup's buffers; without options().obs / .reward these are the
   // group's own (raw) buffers.
@@ -82,7 +101,7 @@ class Normalizer {
     const std::vector<float>* final_obs_out = nullptr;
     const float* reward_out = nullptr;
   };
-  void Observe(Group& s, const EnvGroup& group);
+  void Observe(Group& s, const NormalizerInput& in);
   void RefreshTransform();
 
   NormalizerOptions options_;

@@ -66,6 +66,19 @@ Status ParsePolicyEndpoints(const FarmConfig& config, const std::string& text, b
   return Status::Ok();
 }
 
+NormalizerInput PolicyRows::ForNormalizer(const EnvGroup& group) const {
+  NormalizerInput in;
+  in.envs = envs_;
+  in.agents = num_agents();
+  in.obs = obs_.data();
+  in.final_obs = &final_obs_;
+  in.active = any_inactive() ? active_.data() : nullptr;
+  in.reward = reward_.data();
+  in.team_reward = group.team_reward();
+  in.ended = group.ended();
+  return in;
+}
+
 Status AssignAgentIndices(const std::vector<PolicyConfig>& policies, int num_agents,
                           std::vector<std::vector<int>>* out) {
   std::vector<std::vector<int>> owned(policies.size());

@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "worker/env_group.h"
+#include "worker/normalizer.h"
 
 namespace farm {
 
@@ -66,6 +67,9 @@ class PolicyRows {
   // the group's final_obs_index() envs, so the group's final global states go with them unchanged.
   const std::vector<int32_t>& final_obs_index() const { return final_obs_index_; }
   const std::vector<float>& final_obs() const { return final_obs_; }
+
+  // What a Normalizer of this policy reads after Gather: its rows, with the group's env-level reward and ends.
+  NormalizerInput ForNormalizer(const EnvGroup& group) const;
 
   // This policy's actions ([rows, action numel]) into `group_actions`, the group's ([group rows, action numel]).
   void Scatter(const int64_t* actions, int64_t* group_actions) const;

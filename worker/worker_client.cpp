@@ -101,12 +101,6 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
       w->groups_.push_back(std::move(group));
       w->group_seeds_.push_back(seed);
     }
-    if (normalizer_options.any()) {
-      building = fmt::format("the normaliser's buffers ({} groups of {} rows, {})", config.env.num_groups, group_rows,
-                             observation);
-      w->normalizer_ = std::make_unique<Normalizer>(normalizer_options, layout.obs_numel);
-      for (const auto& group : w->groups_) w->normalizer_->AddGroup(group->size(), group->num_agents());
-    }
   } catch (const std::bad_alloc&) {
     return Status::InvalidArgument(
         fmt::format("out of memory building {}; lower env.num_envs, env.frame_stack or the env's size options "
@@ -126,6 +120,18 @@ Status WorkerClient::Create(const FarmConfig& config, int index, const std::stri
     if (!agents.empty()) {
       link->rows = std::make_unique<PolicyRows>(link->policy, agents[i], *w->groups_[0]);
       rows = link->rows->rows();
+    }
+    const NormalizerOptions normalizer_options = NormalizerOptions::FromConfig(config);
+    if (normalizer_options.any()) {
+      try {
+        link->normalizer = std::make_unique<Normalizer>(normalizer_options, w->groups_[0]->obs_numel());
+        for (const auto& group : w->groups_)
+          link->normalizer->AddGroup(group->size(), link->rows ? link->rows->num_agents() : group->num_agents());
+      } catch (const std::bad_alloc&) {
+        return Status::InvalidArgument(fmt::format(
+            "out of memory building the normaliser's buffers ({} groups of {} rows); lower env.num_envs",
+            w->groups_.size(), rows));
+      }
     }
     link->obs_shape = {rows};  // every request carries one whole group, a row per (this policy's) agent
     const auto& obs_shape = w->groups_[0]->spec().observation.shape;
@@ -168,7 +174,7 @@ Status WorkerClient::SendHello(Link& link, std::chrono::milliseconds timeout) {
   // Several policies: this policy's agents per env.
   hello->set_num_agents(static_cast<uint32_t>(link.rows ? link.rows->num_agents() : spec.num_agents));
   if (spec.global_state) ToWire(*spec.global_state, hello->mutable_global_state());
-  if (normalizer_) normalizer_->options().ToWire(hello->mutable_normalization());
+  if (link.normalizer) link.normalizer->options().ToWire(hello->mutable_normalization());
   zmq::socket_t& socket = link.dealer.socket();
   socket.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
   const bool sent = SendEnvelope(socket, env, &scratch_);
@@ -190,8 +196,8 @@ Status WorkerClient::OnWelcome(Link& link, const wire::Envelope& reply) {
         (link.policy.empty() ? std::string("learner") : fmt::format("the learner of policy {}", link.policy)) +
         " refused this worker: " + reply.welcome().error());
   // The run's statistics so far (a rejoin, a resumed run, a served policy): normalise as the others do.
-  if (normalizer_ && reply.welcome().has_normalizer()) {
-    if (auto s = normalizer_->ApplyGlobal(reply.welcome().normalizer()); !s.ok())
+  if (link.normalizer && reply.welcome().has_normalizer()) {
+    if (auto s = link.normalizer->ApplyGlobal(reply.welcome().normalizer()); !s.ok())
       return Status::Protocol("Welcome: " + s.message());
   }
   link.last_heard = Clock::now();
@@ -242,9 +248,19 @@ Status WorkerClient::Handshake(std::chrono::milliseconds timeout) {
 Status WorkerClient::SendStep(int g, bool first) {
   // Several policies: each learner's rows of the group, checked (a policy whose agents have all finished while
   // the env goes on is refused) before any is sent.
-  for (auto& link : links_)
+  for (auto& link : links_) {
     if (link->rows)
       if (auto s = link->rows->Gather(*groups_[g]); !s.ok()) return s;
+    // Normalisation: the rows this learner gets, counted in its statistics.
+    if (link->normalizer) {
+      const NormalizerInput in =
+          link->rows ? link->rows->ForNormalizer(*groups_[g]) : NormalizerInput::Of(*groups_[g]);
+      if (first)
+        link->normalizer->OnReset(g, in);
+      else
+        link->normalizer->OnStep(g, in);
+    }
+  }
   for (auto& link : links_) SendStepTo(*link, g, first);
   awaited_[g] = static_cast<int>(links_.size());
   if (!first)
@@ -265,15 +281,15 @@ void WorkerClient::SendStepTo(Link& link, int g, bool first) {
   req->set_first(first);
   const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
   // With normalisation the normalised observations and scaled rewards; the episodes' returns stay raw. Several
-  // policies: this policy's rows (no normalisation).
-  const float* obs = rows ? rows->obs() : normalizer_ ? normalizer_->obs(g) : group.obs();
-  const float* reward = rows ? rows->reward() : normalizer_ ? normalizer_->reward(g) : group.reward();
+  // policies: this policy's rows.
+  const Normalizer* norm = link.normalizer.get();
+  const float* obs = norm ? norm->obs(g) : rows ? rows->obs() : group.obs();
+  const float* reward = norm ? norm->reward(g) : rows ? rows->reward() : group.reward();
   const uint8_t* terminated = rows ? rows->terminated() : group.terminated();
   const uint8_t* truncated = rows ? rows->truncated() : group.truncated();
   const bool any_inactive = rows ? rows->any_inactive() : group.any_inactive();
   const uint8_t* active = rows ? rows->active() : group.active();
-  const std::vector<float>& final_obs =
-      rows ? rows->final_obs() : normalizer_ ? normalizer_->final_obs(g) : group.final_obs();
+  const std::vector<float>& final_obs = norm ? norm->final_obs(g) : rows ? rows->final_obs() : group.final_obs();
   const std::vector<int32_t>& idx = rows ? rows->final_obs_index() : group.final_obs_index();
   const int64_t agents = rows ? rows->num_agents() : group.num_agents();
   SetTensor(req->mutable_obs(), DType::kFloat32, link.obs_shape, obs, obs_bytes);
@@ -312,8 +328,9 @@ void WorkerClient::SendStepTo(Link& link, int g, bool first) {
     // Once per rollout (ppo.rollout_length requests) per group, at the request that completes the group's
     // part of it: this worker's statistics since its last delta. The reply brings the run's merged ones,
     // which in sync mode hold every worker's delta of that rollout.
-    if (normalizer_ && !normalizer_->frozen() && req->seq() % static_cast<uint64_t>(config_.ppo.rollout_length) == 0)
-      normalizer_->TakeDelta(req->mutable_stats_delta());
+    if (link.normalizer && !link.normalizer->frozen() &&
+        req->seq() % static_cast<uint64_t>(config_.ppo.rollout_length) == 0)
+      link.normalizer->TakeDelta(req->mutable_stats_delta());
   }
   if (!SendEnvelope(link.dealer.socket(), out_, &scratch_)) {
     send_failed_ = true;  // reported by the loop
@@ -334,8 +351,8 @@ Status WorkerClient::OnAction(Link& link, const wire::ActionReply& reply) {
   const PolicyRows* rows = link.rows.get();
   const auto n = static_cast<int64_t>(rows ? rows->rows() : group.rows());  // one action per agent row
   link.waiting[g] = 0;
-  if (normalizer_ && reply.has_normalizer()) {
-    if (auto s = normalizer_->ApplyGlobal(reply.normalizer()); !s.ok())
+  if (link.normalizer && reply.has_normalizer()) {
+    if (auto s = link.normalizer->ApplyGlobal(reply.normalizer()); !s.ok())
       return Status::Protocol("ActionReply: " + s.message());
   }
   if (stats_.round_trip_us.size() < kMaxRoundTripSamples)
@@ -373,7 +390,6 @@ Status WorkerClient::OnAction(Link& link, const wire::ActionReply& reply) {
   }
   awaited_[g] = 0;
   group.Step(discrete, continuous);
-  if (normalizer_) normalizer_->OnStep(static_cast<int>(g), group);
   stats_.env_steps += group.size();  // env steps, whatever the agents per env
   return SendStep(static_cast<int>(g), /*first=*/false);
 }
@@ -415,7 +431,6 @@ Status WorkerClient::StartGroups() {
     // A new draw per start (connection_ counts the restarts), from the group's own seed.
     if (config_.env.decorrelate_episodes)
       groups_[g]->DecorrelateEpisodes(MixSeed(group_seeds_[g], static_cast<uint64_t>(connection_) + 1));
-    if (normalizer_) normalizer_->OnReset(static_cast<int>(g), *groups_[g]);
     if (auto s = SendStep(static_cast<int>(g), /*first=*/true); !s.ok()) return s;
   }
   // The learners' silence counts from here (resetting the envs may take a while).

@@ -59,9 +59,10 @@ class WorkerClient {
   Status Run();
   void RequestStop() { stop_requested_.store(true); }
   const WorkerStats& stats() const { return stats_; }
-  // With env.normalize_obs or env.normalize_reward: the observation/reward preprocessing (null otherwise).
+  // With env.normalize_obs or env.normalize_reward: the observation/reward preprocessing (null otherwise); with
+  // several policies, the first policy's (each policy's learner has statistics of its own agents' rows).
   // Read it only while Run() is not running.
-  const Normalizer* normalizer() const { return normalizer_.get(); }
+  const Normalizer* normalizer() const { return links_.empty() ? nullptr : links_[0]->normalizer.get(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -72,6 +73,9 @@ class WorkerClient {
     std::string identity;  // LinkIdentity
     WatchedDealer dealer;  // the DEALER and its connection events (a refused CURVE key, ...)
     std::unique_ptr<PolicyRows> rows;  // several policies: this policy's rows; null: every row of the group
+    // With normalisation (null otherwise): this learner's rows normalised with its statistics; sends obs and
+    // rewards from its buffers.
+    std::unique_ptr<Normalizer> normalizer;
     std::vector<int64_t> obs_shape;    // [rows of a group's request, obs...]
     std::vector<uint64_t> next_seq;    // per group: seq of the next request
     std::vector<uint8_t> waiting;      // per group: a request is in flight
@@ -107,7 +111,6 @@ class WorkerClient {
   std::vector<std::unique_ptr<Link>> links_;  // one, or one per policy in the config's order
   std::vector<std::unique_ptr<EnvGroup>> groups_;
   std::vector<uint64_t> group_seeds_;  // per group: the seed its envs were made with
-  std::unique_ptr<Normalizer> normalizer_;  // null without normalisation; sends obs/rewards from its buffers
   // Several policies: per group, the learners whose actions are still awaited, and the actions gathered so far
   // ([group rows, action numel]; int64 for categorical spaces, float for boxes).
   std::vector<int> awaited_;
