@@ -35,8 +35,8 @@ struct EnvConfig {
   int num_envs = 8;    // per worker
   int num_groups = 2;  // double buffering: one group steps while the other waits
   std::map<std::string, double> options;  // env-specific, checked against the env's spec
-  // Preprocessing on the workers (worker/normalizer.h), with one set of statistics for the whole run that
-  // the learner merges, checkpoints and exports. normalize_obs: obs' = clip((obs - mean) / sqrt(var + 1e-8),
+  // Preprocessing on the workers (worker/normalizer.h), with one set of statistics for the whole run (one per
+  // policy with `policies`) that the learner merges, checkpoints and exports. normalize_obs: obs' = clip((obs - mean) / sqrt(var + 1e-8),
   // +-obs_clip) with running per-element statistics. normalize_reward: reward' = clip(reward / sqrt(var_G +
   // 1e-8), +-reward_clip), var_G that of each env's running discounted return G = ppo.gamma * G + reward.
   // Episode returns (mean_return_100, target_return) stay the env's raw returns.

@@ -86,7 +86,7 @@ policies:
   - {name: scouts, agents: ["[0-1]"]}
   - {name: rest, agents: ["*"], set: ["ppo.hidden_sizes=[16]"]}
 EOF
-port="$(free_port)"
+port="$(free_port 2)"
 rc=0
 (cd "$tmp/cwd" && FARM_SSH="$tmp/fake-ssh" FARM_LEARNER_HOST=127.0.0.1 FARM_BUILD_DIR="$tmp/build" FARM_SKIP_BUILD=1 \
   timeout 180 "$root/scripts/farm" cluster "$tmp/hosts" teams.yaml --port "$port" --set "run_dir=$tmp/teams") \
@@ -118,7 +118,7 @@ wait_until 10 no_orphans || fail "orphan processes left behind: $(orphans | tr '
 # scripts/farm learners: the learner side alone, one learner per policy on P and P+1; workers given tcp://HOST:P.
 # learners_run NAME BUDGET: starts it and two workers; sets $learners_pid.
 learners_run() {
-  port="$(free_port)"
+  port="$(free_port 2)"
   FARM_BUILD_DIR="$build_dir" "$root/scripts/farm" learners "$tmp/cwd/teams.yaml" --port "$port" \
     --set "run_dir=$tmp/$1" --set "total_env_steps=$2" --set learner.min_workers=2 > "$tmp/$1.log" 2>&1 &
   learners_pid=$!

@@ -48,24 +48,29 @@ running() { kill -0 "$1" 2>/dev/null; }
 # free_port: a TCP port on 127.0.0.1 that nothing is bound to, drawn from 20000-32767. For a learner that must
 # be restarted on the same port: below Linux's ephemeral range (32768 and up), so that no client socket,
 # workers' reconnecting ones included, can be given it in the meantime. Drawn at random (not seeded: two tests
-# started at once must not draw the same port) and checked by binding it.
+# started at once must not draw the same port) and checked by binding it. free_port N: the first of N consecutive
+# free ports.
 free_port() {
-  python3 - <<'PY'
-import random, socket
+  python3 - "${1:-1}" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])  # free_port N: the first of N consecutive free ports (a learner per policy on P, P+1, ...)
 rng = random.SystemRandom()
-for _ in range(500):
-    port = rng.randrange(20000, 32768)
+def free(port):
     s = socket.socket()
     try:
         s.bind(("127.0.0.1", port))
+        return True
     except OSError:
-        continue
+        return False
     finally:
         s.close()
-    print(port)
-    break
+for _ in range(500):
+    port = rng.randrange(20000, 32768 - n + 1)
+    if all(free(port + i) for i in range(n)):
+        print(port)
+        break
 else:
-    raise SystemExit("free_port: no free port in 20000-32767")
+    raise SystemExit(f"free_port: no {n} free consecutive ports in 20000-32767")
 PY
 }
 # farm_python: a python3 that can import zmq and google.protobuf (the Python worker's needs): $FARM_PYTHON,

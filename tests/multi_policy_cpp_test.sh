@@ -118,7 +118,7 @@ for name in ("scouts", "rest"):
 print("ok: a learner that starts late")
 PY
 # Normalised observations and rewards: each policy's learner has statistics of its own UAVs' rows (2 per env step,
-# where a group-wide normaliser would count all 4), and farm-eval serves each policy with its own.
+# where a group-wide normaliser would count all 4), and farm-eval serves the normalised run.
 rc=0
 (cd "$tmp/elsewhere" && timeout 120 "$root/scripts/farm" run ../project/teams.yaml --workers 2 \
   --set env.normalize_obs=true --set env.normalize_reward=true --set total_env_steps=16000 --set "run_dir=$tmp/norm") \

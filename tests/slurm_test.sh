@@ -97,11 +97,12 @@ ln -s "$root/scripts" "$submit/scripts"
 export FARM_BUILD_DIR="$build_dir"
 cd "$submit"
 
-# submit NAME ARGS...: sbatch as the docs show it, on one node; sets $job to the job's id.
+# submit NAME ARGS...: sbatch as the docs show it, on one node (FARM_PORT and the next one free: a learner per
+# policy takes FARM_PORT + i); sets $job to the job's id.
 submit() {
   local name="$1"
   shift
-  job="$(FARM_PORT="$(free_port)" sbatch --parsable --nodes=1 --job-name="$name" scripts/slurm/farm.sbatch "$@")"
+  job="$(FARM_PORT="$(free_port 2)" sbatch --parsable --nodes=1 --job-name="$name" scripts/slurm/farm.sbatch "$@")"
   jobs+=("$job")
 }
 state() { scontrol show job "$1" -o 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }

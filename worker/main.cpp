@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   bool python_checked = false;
   app.add_option("--config", config_path, "YAML config file (the learner's)")->check(CLI::ExistingFile);
   app.add_option("--learner", endpoint, "learner endpoint, e.g. tcp://127.0.0.1:5555 (required unless --check-python); with the config's "
-                 "policies, NAME=ENDPOINT for each, comma-separated");
+                 "policies, NAME=ENDPOINT for each, comma-separated, or one tcp://HOST:PORT for the i-th policy's "
+                 "learner on PORT + i");
   app.add_option("--index", index, "this worker's index (seeds and identity)")->check(CLI::NonNegativeNumber);
   app.add_option("--set", overrides, "override a config key: --set env.num_envs=64");
   app.add_option("--stats-file", stats_file, "write this worker's statistics (JSON) here at exit");
@@ -136,8 +137,10 @@ int main(int argc, char** argv) {
                         {"round_trip_us_p99", st.RoundTripPercentile(0.99)},
                         {"max_rss_mb", farm::MaxRssMb()}};
     if (const farm::Normalizer* n = client->normalizer()) {
-      // The statistics this worker normalised with last (env.normalize_obs / normalize_reward).
-      j["normalizer"] = {{"frozen", n->frozen()},
+      // The statistics this worker normalised with last (env.normalize_obs / normalize_reward); with several
+      // policies, the first policy's (named).
+      j["normalizer"] = {{"policy", config.policies.empty() ? std::string() : config.policies[0].name},
+                         {"frozen", n->frozen()},
                          {"obs_count", n->obs_view().count()},
                          {"obs_mean", n->obs_view().mean()},
                          {"obs_m2", n->obs_view().m2()},

@@ -42,7 +42,8 @@ struct WorkerStats {
 class WorkerClient {
  public:
   // `index` distinguishes this worker's seeds and identity from the others'. With config.policies,
-  // `learner_endpoint` is "NAME=ENDPOINT,NAME=ENDPOINT", one per policy (ParsePolicyEndpoints).
+  // `learner_endpoint` is "NAME=ENDPOINT,NAME=ENDPOINT", one per policy, or one tcp://HOST:PORT for policy i on
+  // PORT + i (ParsePolicyEndpoints).
   static Status Create(const FarmConfig& config, int index, const std::string& learner_endpoint,
                        std::unique_ptr<WorkerClient>* out);
   ~WorkerClient();
