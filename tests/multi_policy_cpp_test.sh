@@ -6,8 +6,8 @@
 # steps, its own network, no protocol error, every worker kept), farm-eval of the run reports each policy the
 # team's return of the same episodes, which beats a uniformly random team's by far and a team with random scouts
 # (so both policies learned), a learner that starts 14 s after the other loses no worker, a run with normalised
-# observations and rewards keeps each policy's statistics to its own UAVs' rows, and a config whose patterns leave
-# a UAV out is refused by name.
+# observations and rewards keeps each policy's statistics to its own UAVs' rows and resumes (in async mode) with them,
+# and a config whose patterns leave a UAV out is refused by name.
 # Usage: multi_policy_cpp_test.sh BUILD_DIR
 set -euo pipefail
 build_dir="$(cd "$1" && pwd)"
@@ -140,6 +140,28 @@ for name in ("scouts", "rest"):
 rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
 assert [r["policy"] for r in rows] == ["scouts", "rest"] and all(math.isfinite(r["mean_return"]) for r in rows), rows
 print(f"ok: each policy normalised with its own UAVs' statistics; farm-eval {rows[0]['mean_return']:.2f}")
+PY
+# The normalised run resumed, in async mode, to twice its budget: each learner goes on from its checkpoint's
+# statistics (a resume that lost them would count only the second half's rows) and the workers take them up.
+cp "$tmp/norm/scouts/summary.json" "$tmp/norm_scouts_before.json"
+rc=0
+(cd "$tmp/elsewhere" && timeout 120 "$root/scripts/farm" run --resume "$tmp/norm" --workers 2 \
+  --set total_env_steps=32000 --set mode=async) > "$tmp/norm_resume.log" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { tail -n 30 "$tmp/norm_resume.log" >&2; fail "two normalised policies resumed in async mode: status $rc"; }
+"$py" - "$tmp/norm" "$tmp/norm_scouts_before.json" <<'PY'
+import json, os, sys
+before = json.load(open(sys.argv[2]))
+for name in ("scouts", "rest"):
+    s = json.load(open(os.path.join(sys.argv[1], name, "summary.json")))
+    seen = s["normalizer_observations"]
+    print(f"resumed async, {name}: env steps {s['env_steps']}, agent steps {s['agent_steps']}, observations in "
+          f"its statistics {seen}, mode {s['mode']}, workers lost {s['workers_lost']}")
+    assert s["mode"] == "async" and s["num_agents"] == 2 and s["protocol_errors"] == 0, s
+    assert s["env_steps"] >= 31000 and s["agent_steps"] == 2 * s["env_steps"] and s["workers_lost"] == 0, s
+    assert 0.8 * s["agent_steps"] <= seen <= 1.1 * s["agent_steps"], (seen, s["agent_steps"])
+    if name == "scouts":
+        assert seen > before["normalizer_observations"] + 0.8 * (s["agent_steps"] - before["agent_steps"]), (seen, before)
+print("ok: two normalised policies resume with their statistics, in async mode")
 PY
 # Refused by name before anything starts: a UAV no policy claims (the worker knows the env's agents).
 rc=0

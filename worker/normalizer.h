@@ -70,8 +70,8 @@ class Normalizer {
   void OnStep(int g, const EnvGroup& group) { OnStep(g, NormalizerInput::Of(group)); }
   void OnStep(int g, const NormalizerInput& in);
 
-  // Group g's latest output, laid out as EnvGroup's buffers; without options().obs / .reward these are the
-  // group's own (raw) buffers.
+  // Group g's latest output, laid out as EnvGroup's buffers. Without options().obs / .reward these are the input's
+  // own (raw) buffers, valid only while the input's are: read the source itself for a part left raw.
   const float* obs(int g) const { return groups_[static_cast<std::size_t>(g)].obs_out; }
   const std::vector<float>& final_obs(int g) const { return *groups_[static_cast<std::size_t>(g)].final_obs_out; }
   const float* reward(int g) const { return groups_[static_cast<std::size_t>(g)].reward_out; }

@@ -282,14 +282,18 @@ void WorkerClient::SendStepTo(Link& link, int g, bool first) {
   const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
   // With normalisation the normalised observations and scaled rewards; the episodes' returns stay raw. Several
   // policies: this policy's rows.
+  // A part the normaliser leaves raw is read from its source (the group's, or this policy's gathered rows): the
+  // normaliser's pass-through pointer for it would name a buffer the next group's gather overwrites.
   const Normalizer* norm = link.normalizer.get();
-  const float* obs = norm ? norm->obs(g) : rows ? rows->obs() : group.obs();
-  const float* reward = norm ? norm->reward(g) : rows ? rows->reward() : group.reward();
+  const bool norm_obs = norm != nullptr && norm->options().obs;
+  const bool norm_reward = norm != nullptr && norm->options().reward;
+  const float* obs = norm_obs ? norm->obs(g) : rows ? rows->obs() : group.obs();
+  const float* reward = norm_reward ? norm->reward(g) : rows ? rows->reward() : group.reward();
   const uint8_t* terminated = rows ? rows->terminated() : group.terminated();
   const uint8_t* truncated = rows ? rows->truncated() : group.truncated();
   const bool any_inactive = rows ? rows->any_inactive() : group.any_inactive();
   const uint8_t* active = rows ? rows->active() : group.active();
-  const std::vector<float>& final_obs = norm ? norm->final_obs(g) : rows ? rows->final_obs() : group.final_obs();
+  const std::vector<float>& final_obs = norm_obs ? norm->final_obs(g) : rows ? rows->final_obs() : group.final_obs();
   const std::vector<int32_t>& idx = rows ? rows->final_obs_index() : group.final_obs_index();
   const int64_t agents = rows ? rows->num_agents() : group.num_agents();
   SetTensor(req->mutable_obs(), DType::kFloat32, link.obs_shape, obs, obs_bytes);
