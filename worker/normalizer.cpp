@@ -31,6 +31,12 @@ int Normalizer::AddGroup(int num_envs, int num_agents) {
   return static_cast<int>(groups_.size()) - 1;
 }
 
+const Normalizer::Group& Normalizer::Out(int g, bool transformed, const char* part) const {
+  if (!transformed)
+    throw std::logic_error(fmt::format("Normalizer::{}: this normaliser leaves it raw; read it from its source", part));
+  return groups_.at(static_cast<std::size_t>(g));
+}
+
 void Normalizer::RefreshTransform() {
   if (options_.obs) transform_ = ObsTransform::From(obs_view(), options_.obs_clip);
 }
@@ -50,11 +56,7 @@ NormalizerInput NormalizerInput::Of(const EnvGroup& group) {
 
 // Counts (unless frozen) and normalises the rows' observations and final observations.
 void Normalizer::Observe(Group& s, const NormalizerInput& in) {
-  if (!options_.obs) {
-    s.obs_out = in.obs;
-    s.final_obs_out = in.final_obs;
-    return;
-  }
+  if (!options_.obs) return;
   const int64_t rows = in.rows();
   if (!frozen_) {
     // The rows that act: an agent that finished early (env.h, agents_finish_early) repeats its last observation
@@ -79,8 +81,6 @@ void Normalizer::Observe(Group& s, const NormalizerInput& in) {
   transform_.Apply(in.obs, s.obs.data(), rows);
   s.final_obs.resize(in.final_obs->size());
   transform_.Apply(in.final_obs->data(), s.final_obs.data(), static_cast<int64_t>(in.final_obs->size()) / obs_numel_);
-  s.obs_out = s.obs.data();
-  s.final_obs_out = &s.final_obs;
 }
 
 void Normalizer::OnReset(int g, const NormalizerInput& in) {
@@ -89,18 +89,13 @@ void Normalizer::OnReset(int g, const NormalizerInput& in) {
     throw std::invalid_argument(fmt::format("Normalizer::OnReset: group {} has {} envs x {} agents, registered {} x {}",
                                             g, in.envs, in.agents, s.envs, s.agents));
   std::fill(s.returns.begin(), s.returns.end(), 0.0);
-  Observe(s, in);
-  // No rewards yet: the first request carries none.
-  s.reward_out = options_.reward ? s.reward.data() : in.reward;
+  Observe(s, in);  // no rewards yet: the first request carries none
 }
 
 void Normalizer::OnStep(int g, const NormalizerInput& in) {
   Group& s = groups_.at(static_cast<std::size_t>(g));
   Observe(s, in);
-  if (!options_.reward) {
-    s.reward_out = in.reward;
-    return;
-  }
+  if (!options_.reward) return;
   if (!frozen_) {
     for (int e = 0; e < s.envs; ++e) {
       // The env's team reward: not a row's, since an agent that finished early (env.h, agents_finish_early)
@@ -118,7 +113,6 @@ void Normalizer::OnStep(int g, const NormalizerInput& in) {
   // An env's return restarts only when the env ended (every row flagged), not at one agent's own termination.
   for (int e = 0; e < s.envs; ++e)
     if (in.ended[e]) s.returns[e] = 0.0;
-  s.reward_out = s.reward.data();
 }
 
 void Normalizer::TakeDelta(wire::NormalizerStats* out) {

@@ -70,11 +70,13 @@ class Normalizer {
   void OnStep(int g, const EnvGroup& group) { OnStep(g, NormalizerInput::Of(group)); }
   void OnStep(int g, const NormalizerInput& in);
 
-  // Group g's latest output, laid out as EnvGroup's buffers. Without options().obs / .reward these are the input's
-  // own (raw) buffers, valid only while the input's are: read the source itself for a part left raw.
-  const float* obs(int g) const { return groups_[static_cast<std::size_t>(g)].obs_out; }
-  const std::vector<float>& final_obs(int g) const { return *groups_[static_cast<std::size_t>(g)].final_obs_out; }
-  const float* reward(int g) const { return groups_[static_cast<std::size_t>(g)].reward_out; }
+  // Group g's latest output, laid out as EnvGroup's buffers: the normalised observations and final observations
+  // (options().obs) and the scaled rewards (options().reward), in the normaliser's own buffers, valid until the
+  // group's next OnReset/OnStep. A part the options leave raw has no output here (std::logic_error): read it from
+  // its source.
+  const float* obs(int g) const { return Out(g, options_.obs, "obs").obs.data(); }
+  const std::vector<float>& final_obs(int g) const { return Out(g, options_.obs, "final_obs").final_obs; }
+  const float* reward(int g) const { return Out(g, options_.reward, "reward").reward.data(); }
 
   bool frozen() const { return frozen_; }
   // Moves the pending statistics into `out` (obs and/or ret, as the options say) and starts a new delta.
@@ -97,10 +99,8 @@ class Normalizer {
     std::vector<float> obs;       // [rows, obs...] normalised
     std::vector<float> final_obs;
     std::vector<float> reward;  // [rows] scaled
-    const float* obs_out = nullptr;
-    const std::vector<float>* final_obs_out = nullptr;
-    const float* reward_out = nullptr;
   };
+  const Group& Out(int g, bool transformed, const char* part) const;
   void Observe(Group& s, const NormalizerInput& in);
   void RefreshTransform();
 

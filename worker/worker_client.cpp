@@ -282,8 +282,7 @@ void WorkerClient::SendStepTo(Link& link, int g, bool first) {
   const std::size_t obs_bytes = static_cast<std::size_t>(n * group.obs_numel()) * sizeof(float);
   // With normalisation the normalised observations and scaled rewards; the episodes' returns stay raw. Several
   // policies: this policy's rows.
-  // A part the normaliser leaves raw is read from its source (the group's, or this policy's gathered rows): the
-  // normaliser's pass-through pointer for it would name a buffer the next group's gather overwrites.
+  // A part the normaliser leaves raw is read from its source: the group's, or this policy's gathered rows.
   const Normalizer* norm = link.normalizer.get();
   const bool norm_obs = norm != nullptr && norm->options().obs;
   const bool norm_reward = norm != nullptr && norm->options().reward;
