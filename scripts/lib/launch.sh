@@ -1,0 +1,16 @@
+# shellcheck shell=bash
+# Shell functions shared by the launchers (scripts/farm, scripts/slurm/farm.sbatch). Sourced, not run; the caller
+# defines die MESSAGE (prints it, exits non-zero).
+
+# wait_endpoint FILE PID WHAT [SECONDS]: until the learner started as the background job PID (WHAT names it: a
+# process, or an srun step of learners) has written its endpoint to FILE, at most SECONDS (120); dies, naming WHAT
+# and its exit status, when the job ends first or does not listen in time.
+wait_endpoint() {
+  local file="$1" pid="$2" what="$3" secs="${4:-120}" rc=0
+  for _ in $(seq $((secs * 10))); do
+    [ -s "$file" ] && return 0
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" || rc=$?; die "$what exited (status $rc) before listening"; }
+    sleep 0.1
+  done
+  die "$what did not start listening within $secs s"
+}
