@@ -141,6 +141,26 @@ PY
 check_owner
 
 # --- 4. two policies (configs/uav_teams.yaml): a learner per policy in the learner's container -------------
+# check_policies RUN end|stopped: each policy's summary and its latest checkpoint (the final one) in RUN; "end": the
+# run reached its budget with both workers and lost none, "stopped": it was stopped by SIGTERM.
+check_policies() {
+  python3 - "$1" "$2" <<'PY' || { compose logs --tail 30 learner; return 1; }
+import json, os, sys
+run, how = sys.argv[1], sys.argv[2]
+for name in ("team_a", "team_b"):
+    s = json.load(open(os.path.join(run, name, "summary.json")))
+    if how == "end":
+        assert s["num_agents"] == 5 and s["workers_joined"] == 2 and s["workers_lost"] == 0, s
+        assert s["env_steps"] >= 19000, s
+    else:
+        assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
+    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
+    assert latest == f"ckpt-{s['updates']:08d}.pt", (latest, s["updates"])
+    print(f"ok: two policies, {how}, {name}: {s['env_steps']} env steps, {s['workers_joined']} workers, "
+          f"{s['stop_reason']}, final checkpoint {latest}")
+PY
+}
+
 # To the end: the first learner to reach the budget stops the workers, the other is stopped with a final
 # checkpoint, and every container exits 0. Then a long run stopped mid-way: both learners checkpoint.
 compose down -t 5 > /dev/null 2>&1
@@ -154,17 +174,7 @@ wait_until 60 all_exited worker || { compose logs --tail 30 worker; fail "the wo
 codes="$(container_exit learner) $(container_exit worker)"
 [ "$(echo $codes)" = "0 0 0" ] || { compose logs --tail 30; fail "two policies: exit codes (learner, workers): $codes"; }
 run="$(run_dir)"
-python3 - "$run" <<'PY' || { compose logs --tail 30 learner; exit 1; }
-import json, os, sys
-run = sys.argv[1]
-for name in ("team_a", "team_b"):
-    s = json.load(open(os.path.join(run, name, "summary.json")))
-    assert s["num_agents"] == 5 and s["workers_joined"] == 2 and s["workers_lost"] == 0, s
-    assert s["env_steps"] >= 19000, s
-    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
-    assert latest == f"ckpt-{s['updates']:08d}.pt", (latest, s["updates"])
-    print(f"ok: two policies, {name}: {s['env_steps']} env steps, {s['workers_joined']} workers, {s['stop_reason']}")
-PY
+check_policies "$run" end || exit 1
 check_owner
 echo "ok: two policies' learners in one container, trained to the end in $(elapsed $t0) s"
 compose down -t 5 > /dev/null 2>&1
@@ -177,16 +187,7 @@ compose stop > "$tmp/stop2.log" 2>&1 || { cat "$tmp/stop2.log"; fail "docker-com
 codes="$(container_exit learner) $(container_exit worker)"
 [ "$(echo $codes)" = "0 0 0" ] || { compose logs --tail 30; fail "two policies, after stop: exit codes (learner, workers): $codes"; }
 run="$(run_dir)"
-python3 - "$run" <<'PY' || { compose logs --tail 30 learner; exit 1; }
-import json, os, sys
-run = sys.argv[1]
-for name in ("team_a", "team_b"):
-    s = json.load(open(os.path.join(run, name, "summary.json")))
-    assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
-    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
-    assert latest == f"ckpt-{s['updates']:08d}.pt", (latest, s["updates"])
-    print(f"ok: two policies stopped mid-run, {name}: {s['stop_reason']}, final checkpoint {latest}")
-PY
+check_policies "$run" stopped || exit 1
 check_owner
 
 # --- 5. down -----------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 
 #include "common/config.h"
 #include "examples/envs/grid_walk/grid_walk.h"
+#include "tests/repo_files.h"
 #include "worker/env.h"
 #include "worker/env_group.h"
 
@@ -277,13 +278,8 @@ TEST_CASE("GridWalk: EnvGroup truncates at 50 steps, keeping the final observati
 }
 
 TEST_CASE("GridWalk: the example config loads and builds its env group", "[example]") {
-  // This file is tests/example_env_test.cpp; the config sits beside the env.
-  std::string root = __FILE__;
-  root = root.substr(0, root.rfind("/tests/"));
-  farm::FarmConfig config;
-  const Status loaded = farm::LoadConfig(root + "/examples/envs/grid_walk/grid_walk.yaml", {}, &config);
-  INFO(loaded.ToString());
-  REQUIRE(loaded.ok());
+  // The config sits beside the env.
+  const farm::FarmConfig config = farm::testing::LoadRepoConfig("examples/envs/grid_walk/grid_walk.yaml");
   CHECK(config.env.name == "GridWalk-v0");
   CHECK(config.env.options == std::map<std::string, double>{{"size", 5}});
   auto group = MakeGroup(config.env.options, config.env.num_envs / config.env.num_groups, config.seed);
@@ -295,10 +291,8 @@ TEST_CASE("GridWalk: the example config loads and builds its env group", "[examp
 TEST_CASE("GridWalk: the listings in docs/ENVIRONMENTS.md are the real code", "[example][doc]") {
   // Each listing is a fenced block after a line "<!-- from PATH -->"; its text
   // must occur verbatim in PATH (a whole file or an excerpt).
-  std::string root = __FILE__;
-  root = root.substr(0, root.rfind("/tests/"));
   auto read = [&](const std::string& path) {
-    std::ifstream in(root + "/" + path);
+    std::ifstream in(farm::testing::RepoPath(path));
     INFO(path);
     REQUIRE(in.good());
     std::stringstream ss;

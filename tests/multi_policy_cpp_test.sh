@@ -144,15 +144,14 @@ assert [r["policy"] for r in rows] == ["scouts", "rest"] and all(math.isfinite(r
 print(f"ok: each policy normalised with its own UAVs' statistics; farm-eval {rows[0]['mean_return']:.2f}")
 PY
 # The normalised run resumed, in async mode, to twice its budget: each learner goes on from its checkpoint's
-# statistics (a resume that lost them would count only the second half's rows) and the workers take them up.
-cp "$tmp/norm/scouts/summary.json" "$tmp/norm_scouts_before.json"
+# statistics (a resume that lost them would count only the second half's rows, below the 0.8 bound) and the workers
+# take them up.
 rc=0
 (cd "$tmp/elsewhere" && timeout 120 "$root/scripts/farm" run --resume "$tmp/norm" --workers 2 \
   --set total_env_steps=32000 --set mode=async) > "$tmp/norm_resume.log" 2>&1 || rc=$?
 [ "$rc" -eq 0 ] || { tail -n 30 "$tmp/norm_resume.log" >&2; fail "two normalised policies resumed in async mode: status $rc"; }
-"$py" - "$tmp/norm" "$tmp/norm_scouts_before.json" <<'PY'
+"$py" - "$tmp/norm" <<'PY'
 import json, os, sys
-before = json.load(open(sys.argv[2]))
 for name in ("scouts", "rest"):
     s = json.load(open(os.path.join(sys.argv[1], name, "summary.json")))
     seen = s["normalizer_observations"]
@@ -161,8 +160,6 @@ for name in ("scouts", "rest"):
     assert s["mode"] == "async" and s["num_agents"] == 2 and s["protocol_errors"] == 0, s
     assert s["env_steps"] >= 31000 and s["agent_steps"] == 2 * s["env_steps"] and s["workers_lost"] == 0, s
     assert 0.8 * s["agent_steps"] <= seen <= 1.1 * s["agent_steps"], (seen, s["agent_steps"])
-    if name == "scouts":
-        assert seen > before["normalizer_observations"] + 0.8 * (s["agent_steps"] - before["agent_steps"]), (seen, before)
 print("ok: two normalised policies resume with their statistics, in async mode")
 PY
 # Refused by name before anything starts: a UAV no policy claims (the worker knows the env's agents).

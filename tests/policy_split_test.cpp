@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "tests/repo_files.h"
 #include "worker/env.h"
 #include "worker/env_group.h"
 #include "worker/policy_split.h"
@@ -260,12 +261,7 @@ TEST_CASE("PolicyRows: a policy's normaliser counts and normalises its own agent
 }
 
 TEST_CASE("policy_split: configs/uav_teams.yaml gives UAVs 0-4 to team_a and 5-9 to team_b", "[policy_split]") {
-  std::string root = __FILE__;
-  root = root.substr(0, root.rfind("/tests/"));
-  FarmConfig config;
-  const Status loaded = LoadConfig(root + "/configs/uav_teams.yaml", {}, &config);
-  INFO(loaded.ToString());
-  REQUIRE(loaded.ok());
+  const FarmConfig config = testing::LoadRepoConfig("configs/uav_teams.yaml");
   REQUIRE(config.policies.size() == 2);
   std::vector<std::vector<int>> owned;
   REQUIRE(AssignAgentIndices(config.policies, static_cast<int>(config.env.options.at("agents")), &owned).ok());

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "tests/repo_files.h"
 #include "worker/env.h"
 #include "worker/env_group.h"
 
@@ -540,12 +541,7 @@ TEST_CASE("uav_coverage: same seed gives the same episodes, different seeds diff
 }
 
 TEST_CASE("uav_coverage: configs/uav_coverage.yaml loads and builds its env group", "[uav]") {
-  std::string root = __FILE__;
-  root = root.substr(0, root.rfind("/tests/"));
-  FarmConfig config;
-  const Status loaded = LoadConfig(root + "/configs/uav_coverage.yaml", {}, &config);
-  INFO(loaded.ToString());
-  REQUIRE(loaded.ok());
+  const FarmConfig config = testing::LoadRepoConfig("configs/uav_coverage.yaml");
   CHECK(config.env.name == "uav_coverage");
   auto group = MakeGroup(config.env.options, config.env.num_envs / config.env.num_groups, config.seed);
   CHECK(group->spec().num_agents == 10);
