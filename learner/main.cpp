@@ -128,7 +128,6 @@ int main(int argc, char** argv) {
     spdlog::info("{}", blas_kernel.message);
   }
   spdlog::info("{}", blas);
-  std::unique_ptr<farm::Learner> learner;
   // The watcher thread and this one meet here: a signal before the learner exists is kept and delivered once it
   // does (the mutex makes "not yet running" and "remember the signal" one step, so none is lost in between).
   std::mutex signal_mu;
@@ -147,6 +146,11 @@ int main(int argc, char** argv) {
       early_stop = sig;
     }
   });
+  // Made after the watcher, so destroyed before it: a signal while the learner shuts down (its threads, sockets and
+  // buffers, after the run's final checkpoint and summary) reaches the watcher, which no longer has a learner to
+  // stop, instead of the default action, which would kill a process that is ending cleanly (a launcher's SIGTERM to
+  // every learner once the first has finished, say). A second one kForceAfter later still ends it.
+  std::unique_ptr<farm::Learner> learner;
   if (auto s = farm::Learner::Create(config, &learner); !s.ok()) {
     fmt::print(stderr, "farm-learner: {}\n", s.message());
     return 2;

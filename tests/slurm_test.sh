@@ -13,7 +13,11 @@
 #     CartPole to its target with rank 0 writing the run;
 #  5. a config with two policies (uav_coverage, UAVs 0-1 and 2-3): a learner step of two tasks, one learner per
 #     policy on FARM_PORT and FARM_PORT + 1, every worker reaching both; each policy trains in RUN/NAME to the run's
-#     step budget with every worker, and the job ends COMPLETED.
+#     step budget with every worker, and the job ends COMPLETED;
+#  6. a worker step that fails (every worker exits at start) while the learner waits: the learner is stopped
+#     after its grace (a summary naming SIGTERM) and the job ends FAILED, not at its time limit;
+#  7. the time limit's TERM to the batch script (scancel --batch --signal=TERM): the learner step's tasks are
+#     asked to stop through Slurm, and the learner writes a final checkpoint and a summary naming SIGTERM.
 # Exit status 77 (said so) only when the daemons cannot run here (not root, or they exit at start).
 # Usage: slurm_test.sh BUILD_DIR
 build_dir="$(cd "$1" && pwd)"
@@ -247,3 +251,49 @@ for name, hidden in (("scouts", [32]), ("rest", [16])):
 assert max(steps) >= 20000 and min(steps) >= 20000 - 2 * 20 * 4 * cores, steps
 PY
 echo "ok: job $job trained two policies, a learner each, and ended COMPLETED ($((SECONDS - t0)) s)"
+
+# 6. The worker step fails (every worker exits at start, as with an env the compute nodes cannot load: a stand-in
+#    farm-worker that exits 3) while the learner waits for workers: the job does not hold its allocation to the
+#    time limit. The learner is given its grace, then stopped (a summary naming SIGTERM), and the job ends FAILED.
+t0=$SECONDS
+broken="$tmp/broken_build"
+mkdir -p "$broken/learner" "$broken/worker"
+ln -s "$build_dir/learner/farm-learner" "$broken/learner/farm-learner"
+printf '#!/bin/sh\necho "stand-in farm-worker: cannot load the env" >&2\nexit 3\n' > "$broken/worker/farm-worker"
+chmod +x "$broken/worker/farm-worker"
+job="$(FARM_BUILD_DIR="$broken" FARM_PORT="$(free_port)" sbatch --parsable --nodes=1 --job-name=farm-broken \
+  scripts/slurm/farm.sbatch configs/cartpole.yaml --set name=broken)"
+jobs+=("$job")
+wait_state "$job" FAILED 150
+grep -F "the worker step exited with status 3" "farm-$job.out" > /dev/null &&
+  grep -F "the learner did not end within" "farm-$job.out" > /dev/null ||
+  { cat "farm-$job.out"; fail "job $job's output does not say the worker step failed and the learner was stopped"; }
+run="$(run_of broken)"
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "workers_joined", "stop_reason")}))
+assert "SIGTERM" in s["stop_reason"] and s["env_steps"] == 0 and s["workers_joined"] == 0, s
+PY
+echo "ok: job $job, whose worker step failed, stopped its learner and ended FAILED ($((SECONDS - t0)) s)"
+
+# 7. The time limit's signal (--signal=B:TERM@120 goes to the batch script only; scancel --batch --signal=TERM sends
+#    the same): the script asks the learner step's tasks to stop through Slurm, and the learner writes a final
+#    checkpoint of its last update and a summary naming SIGTERM (a TERM to srun itself would SIGKILL them).
+t0=$SECONDS
+submit farm-limit configs/cartpole.yaml --set name=limit --set total_env_steps=100000000 --set stop_at_target=false
+wait_rows limit 5
+scancel --batch --signal=TERM "$job"
+wait_until 90 ended "$job" || { tail -n 30 "farm-$job.out"; fail "job $job still $(state "$job") 90 s after its script's TERM"; }
+grep -F "forcing job termination" "farm-$job.out" > /dev/null && { cat "farm-$job.out"; fail "srun killed the learner step"; }
+run="$(run_of limit)"
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "updates", "stop_reason")}))
+assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
+latest = open(os.path.join(run, "checkpoints", "latest")).read().strip()
+assert latest == "ckpt-%08d.pt" % s["updates"], ("the final checkpoint is of the last update", latest, s["updates"])
+PY
+echo "ok: job $job, its script sent TERM as at the time limit, ended $(state "$job") with a final checkpoint ($((SECONDS - t0)) s)"

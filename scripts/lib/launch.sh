@@ -14,3 +14,18 @@ wait_endpoint() {
   done
   die "$what did not start listening within $secs s"
 }
+
+# wait_exited SECONDS PID...: whether one of the PIDs (children of this shell) has exited (or is a zombie, not yet
+# reaped) within SECONDS.
+wait_exited() {
+  local secs="$1" p state
+  shift
+  for _ in $(seq $((secs * 10))); do
+    for p in "$@"; do
+      state="$(sed -n 's/^[0-9]* (.*) \([A-Z]\) .*/\1/p' "/proc/$p/stat" 2>/dev/null || true)"
+      [ -n "$state" ] && [ "$state" != Z ] || return 0
+    done
+    sleep 0.1
+  done
+  return 1
+}
