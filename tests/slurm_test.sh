@@ -129,6 +129,19 @@ wait_rows() {
   done
 }
 
+# stopped_by_term RUN: job $job's learner stopped on a SIGTERM and wrote a final checkpoint of its last update.
+stopped_by_term() {
+  python3 - "$1" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "updates", "stop_reason")}))
+assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
+latest = open(os.path.join(run, "checkpoints", "latest")).read().strip()
+assert latest == "ckpt-%08d.pt" % s["updates"], ("the final checkpoint is of the last update", latest, s["updates"])
+PY
+}
+
 # 1. Trains to the end.
 t0=$SECONDS
 submit farm-target configs/cartpole.yaml --set name=target
@@ -158,15 +171,7 @@ wait_rows cancel 5
 scancel "$job"
 wait_state "$job" CANCELLED 60
 run="$(run_of cancel)"
-python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
-import json, os, sys
-run = sys.argv[1]
-s = json.load(open(os.path.join(run, "summary.json")))
-print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "updates", "stop_reason")}))
-assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
-latest = open(os.path.join(run, "checkpoints", "latest")).read().strip()
-assert latest == "ckpt-%08d.pt" % s["updates"], ("the final checkpoint is of the last update", latest, s["updates"])
-PY
+stopped_by_term "$run"
 echo "ok: scancel of job $job left a final checkpoint and a summary ($((SECONDS - t0)) s)"
 
 # 3. A worker task killed inside the job.
@@ -287,13 +292,5 @@ scancel --batch --signal=TERM "$job"
 wait_until 90 ended "$job" || { tail -n 30 "farm-$job.out"; fail "job $job still $(state "$job") 90 s after its script's TERM"; }
 grep -F "forcing job termination" "farm-$job.out" > /dev/null && { cat "farm-$job.out"; fail "srun killed the learner step"; }
 run="$(run_of limit)"
-python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
-import json, os, sys
-run = sys.argv[1]
-s = json.load(open(os.path.join(run, "summary.json")))
-print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "updates", "stop_reason")}))
-assert "SIGTERM" in s["stop_reason"], s["stop_reason"]
-latest = open(os.path.join(run, "checkpoints", "latest")).read().strip()
-assert latest == "ckpt-%08d.pt" % s["updates"], ("the final checkpoint is of the last update", latest, s["updates"])
-PY
+stopped_by_term "$run"
 echo "ok: job $job, its script sent TERM as at the time limit, ended $(state "$job") with a final checkpoint ($((SECONDS - t0)) s)"
