@@ -266,9 +266,7 @@ mkdir -p "$broken/learner" "$broken/worker"
 ln -s "$build_dir/learner/farm-learner" "$broken/learner/farm-learner"
 printf '#!/bin/sh\necho "stand-in farm-worker: cannot load the env" >&2\nexit 3\n' > "$broken/worker/farm-worker"
 chmod +x "$broken/worker/farm-worker"
-job="$(FARM_BUILD_DIR="$broken" FARM_PORT="$(free_port)" sbatch --parsable --nodes=1 --job-name=farm-broken \
-  scripts/slurm/farm.sbatch configs/cartpole.yaml --set name=broken)"
-jobs+=("$job")
+FARM_BUILD_DIR="$broken" submit farm-broken configs/cartpole.yaml --set name=broken
 wait_state "$job" FAILED 150
 grep -F "the worker step exited with status 3" "farm-$job.out" > /dev/null &&
   grep -F "the learner did not end within" "farm-$job.out" > /dev/null ||
