@@ -2,6 +2,7 @@
 // standard library (std::uniform_real_distribution differs between them).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 
@@ -20,6 +21,14 @@ inline uint64_t SplitMix64(uint64_t x) {
 inline double UniformReal(std::mt19937_64& rng, double lo, double hi) {
   const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
   return lo + (hi - lo) * u;
+}
+
+// A standard normal draw (Box-Muller on two UniformReal draws), the same on every standard library, unlike
+// std::normal_distribution.
+inline double StandardNormal(std::mt19937_64& rng) {
+  const double u1 = 1.0 - UniformReal(rng, 0.0, 1.0);  // in (0, 1]: log(u1) is finite
+  const double u2 = UniformReal(rng, 0.0, 1.0);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
 }  // namespace farm
