@@ -37,6 +37,9 @@ Cases (--cases, comma-separated; default all):
   ranks       data-parallel learner ranks: 1 rank against 2 with the same workers
               (CartPole mlp, uav_coverage mlp and cnn): env steps/s, and the
               all-reduce's bytes, seconds and share per update
+  mujoco      MuJoCo's tasks (configs/mujoco): the physics limit, env-only steps/s
+              on one core, and PPO training at 2 and 16 workers (--mujoco-workers)
+              beside the env-only rate of the same cores (--mujoco-tasks picks them)
   stragglers  learner.sync_fraction: 2 CartPole ranks, rank 1's worker held to a
               quarter of the time, without preemption and with sync_fraction 0.5
               over the same seeds: env steps/s, updates/s, rank 1's cut rollouts
@@ -55,8 +58,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["env", "transport", "inference", "training", "sweeps", "roofline", "scale", "python", "recurrent", "encoders",
-         "learning", "ranks", "stragglers"]
-SLOW_CASES = ("scale", "python", "encoders", "learning", "ranks", "stragglers")  # minutes each: run only when named
+         "learning", "ranks", "stragglers", "mujoco"]
+SLOW_CASES = ("scale", "python", "encoders", "learning", "ranks", "stragglers", "mujoco")  # minutes each: run only when named
 SCALE_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 
 
@@ -322,6 +325,47 @@ class Bench:
             rates.append(json.loads(out.strip().splitlines()[-1]))
         return {"env_steps_per_second": sum(r["steps_per_second"] for r in rates),
                 "agent_steps_per_second": sum(r["agent_steps_per_second"] for r in rates), "processes": processes}
+
+    def mujoco(self, tasks, worker_counts):
+        """MuJoCo's tasks: the physics limit (env-only steps/s of one process on one core: mj_step through the env,
+        in-process) and end-to-end training (configs/mujoco/TASK.yaml, PPO updating) at each worker count, beside the
+        env-only rate of the same cores (one env-only process per core the workers use)."""
+        cores = os.cpu_count() or 1
+        secs = 8 if self.quick else 20
+        rows = []
+        for task in tasks:
+            config = os.path.join(ROOT, "configs", "mujoco", f"{task}.yaml")
+            env = self.config_env(config)
+            one = [self.env_limit(env, 16, 1, 2 if self.quick else 3)["env_steps_per_second"] for _ in range(self.repeats)]
+            row = {"task": task, "env": env, "env_only_steps_per_second_per_core": statistics.median(one),
+                   "env_only_runs": one, "training": []}
+            log(f"mujoco {env}: env-only {row['env_only_steps_per_second_per_core']:,.0f} steps/s on one core")
+            for w in worker_counts:
+                processes = min(w, cores)
+                limit = self.env_limit(env, max(1, 4 * w // processes), processes, 2 if self.quick else 3)
+                summary, _, _, _, _ = self.farm_run(config, w, ["total_env_steps=1000000000000",
+                                                                f"max_wall_seconds={secs}"], timeout=secs + 300)
+                point = {"workers": w, "env_steps_per_second": summary["sps"],
+                         "env_only_steps_per_second": limit["env_steps_per_second"],
+                         "fraction_of_env_only": summary["sps"] / limit["env_steps_per_second"],
+                         "updates": summary["updates"], "device": summary.get("device")}
+                row["training"].append(point)
+                log(f"mujoco {env} workers={w}: {point['env_steps_per_second']:,.0f} env steps/s training, env-only "
+                    f"{point['env_only_steps_per_second']:,.0f} on {processes} cores "
+                    f"(fraction {point['fraction_of_env_only']:.2f}), {point['updates']} updates")
+            rows.append(row)
+        return {"cores": cores, "seconds": secs, "table": rows}
+
+    @staticmethod
+    def config_env(config):
+        """env.name of a config file (the farm's configs put it on one `  name:` line under `env:`)."""
+        section = None
+        for line in open(config):
+            if line and not line[0].isspace() and line.rstrip().endswith(":"):
+                section = line.strip()[:-1]
+            elif section == "env" and line.strip().startswith("name:"):
+                return line.split(":", 1)[1].split("#")[0].strip()
+        raise RuntimeError(f"{config}: no env.name")
 
     def scale(self, gpu):
         """Workers 1..64 for CartPole and uav_coverage on this machine (issue: the workload at workstation scale)."""
@@ -631,6 +675,11 @@ def main():
     ap.add_argument("--plot", metavar="FILE.png", help="scale: draw env steps/s against workers (gnuplot)")
     ap.add_argument("--learning-envs", metavar="LIST",
                     help="learning: the envs (default: scripts/bench_learning.py's, the classic control envs)")
+    ap.add_argument("--mujoco-tasks", metavar="LIST", default="half_cheetah,hopper,walker2d,ant,humanoid,swimmer,"
+                    "inverted_pendulum,inverted_double_pendulum",
+                    help="mujoco: the configs/mujoco/TASK.yaml to measure (default: all)")
+    ap.add_argument("--mujoco-workers", metavar="LIST", default="2,16",
+                    help="mujoco: the worker counts of the training runs (default: 2,16)")
     ap.add_argument("--plot-dir", metavar="DIR", help="learning: draw DIR/learning-ENV.png, the seeds' curves")
     args = ap.parse_args()
     cases = args.cases.split(",")
@@ -681,6 +730,9 @@ def main():
     if "encoders" in cases:
         log("encoders")
         result["encoders"] = b.encoders(workers)
+    if "mujoco" in cases:
+        log("mujoco")
+        result["mujoco"] = b.mujoco(args.mujoco_tasks.split(","), [int(w) for w in args.mujoco_workers.split(",")])
     if "learning" in cases:
         log("learning")
         result["learning"] = b.learning(args.learning_envs, args.plot_dir)
@@ -763,6 +815,12 @@ def main():
               f"{p['paths']['image_3x32x32_numpy']['us_per_env_step']:.1f}")
         print("  python uav        workers  env steps/s  agent steps/s  env-only    ratio  last join  RSS MiB  lost")
         print_scale_rows(p["table"], fmt)
+    if "mujoco" in result:
+        print("  mujoco            task                       env-only/core  workers  training sps  fraction")
+        for row in result["mujoco"]["table"]:
+            for i, p in enumerate(row["training"]):
+                head = f"{row['env']:<26} {fmt(row['env_only_steps_per_second_per_core']):>13}" if i == 0 else " " * 40
+                print(f"    {head} {p['workers']:>8} {fmt(p['env_steps_per_second']):>13} {p['fraction_of_env_only']:>9.2f}")
     if "learning" in result:
         print(result["learning"]["table"], end="")
     print(f"\nwritten: {args.out}")
