@@ -33,6 +33,19 @@ std::vector<ObsPart> PositionsAndVelocities(const EnvOptions& o, int root_skip, 
   return {qpos, qvel};
 }
 
+// What most tasks share: the name and frame skip, qpos and qvel observed, and the options every task takes
+// (the forward reward's weight where the task has one, the control cost's, the reset noise's scale).
+LocomotionTask BaseTask(const EnvOptions& o, const char* name, int frame_skip, int root_skip, double qvel_clip) {
+  LocomotionTask t;
+  t.name = name;
+  t.frame_skip = frame_skip;
+  t.observation = PositionsAndVelocities(o, root_skip, qvel_clip);
+  t.forward_weight = o.count("forward_reward_weight") ? o.at("forward_reward_weight") : 1.0;  // Ant-v4 has none
+  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
+  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
+  return t;
+}
+
 void SetHealth(const EnvOptions& o, LocomotionTask* t) {
   t->healthy_reward = o.at("healthy_reward");
   t->terminate_when_unhealthy = Flag(o, "terminate_when_unhealthy");
@@ -44,14 +57,8 @@ EnvOptions HalfCheetahDefaults() {
           {"exclude_current_positions_from_observation", 1}};
 }
 LocomotionTask HalfCheetahTask(const EnvOptions& o) {
-  LocomotionTask t;
-  t.name = "HalfCheetah-v4";
-  t.frame_skip = 5;
+  LocomotionTask t = BaseTask(o, "HalfCheetah-v4", 5, 1, 0);
   t.reward_threshold = 4800.0;
-  t.observation = PositionsAndVelocities(o, 1, 0);
-  t.forward_weight = o.at("forward_reward_weight");
-  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
-  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
   t.reset_qvel_kind = VelocityNoise::kNormal;
   return t;
 }
@@ -64,19 +71,13 @@ EnvOptions HopperDefaults() {
           {"healthy_angle_max", 0.2},      {"reset_noise_scale", 5e-3},   {"exclude_current_positions_from_observation", 1}};
 }
 LocomotionTask HopperTask(const EnvOptions& o) {
-  LocomotionTask t;
-  t.name = "Hopper-v4";
-  t.frame_skip = 4;
+  LocomotionTask t = BaseTask(o, "Hopper-v4", 4, 1, 10.0);
   t.reward_threshold = 3800.0;
-  t.observation = PositionsAndVelocities(o, 1, 10.0);
-  t.forward_weight = o.at("forward_reward_weight");
-  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
   SetHealth(o, &t);
   t.qpos_bounds = {{1, {o.at("healthy_z_min"), o.at("healthy_z_max")}},
                    {2, {o.at("healthy_angle_min"), o.at("healthy_angle_max")}}};
   t.state_range = Range{o.at("healthy_state_min"), o.at("healthy_state_max")};
   t.state_from = 2;
-  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
   return t;
 }
 
@@ -88,16 +89,10 @@ EnvOptions Walker2dDefaults() {
           {"exclude_current_positions_from_observation", 1}};
 }
 LocomotionTask Walker2dTask(const EnvOptions& o) {
-  LocomotionTask t;
-  t.name = "Walker2d-v4";
-  t.frame_skip = 4;
-  t.observation = PositionsAndVelocities(o, 1, 10.0);
-  t.forward_weight = o.at("forward_reward_weight");
-  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
+  LocomotionTask t = BaseTask(o, "Walker2d-v4", 4, 1, 10.0);
   SetHealth(o, &t);
   t.qpos_bounds = {{1, {o.at("healthy_z_min"), o.at("healthy_z_max")}},
                    {2, {o.at("healthy_angle_min"), o.at("healthy_angle_max")}}};
-  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
   return t;
 }
 
@@ -109,11 +104,8 @@ EnvOptions AntDefaults() {
           {"reset_noise_scale", 0.1},      {"exclude_current_positions_from_observation", 1}};
 }
 LocomotionTask AntTask(const EnvOptions& o) {
-  LocomotionTask t;
-  t.name = "Ant-v4";
-  t.frame_skip = 5;
+  LocomotionTask t = BaseTask(o, "Ant-v4", 5, 2, 0);
   t.reward_threshold = 6000.0;
-  t.observation = PositionsAndVelocities(o, 2, 0);
   t.contact_force_range = Range{o.at("contact_force_min"), o.at("contact_force_max"), true};
   if (Flag(o, "use_contact_forces")) {
     ObsPart contact;
@@ -124,12 +116,9 @@ LocomotionTask AntTask(const EnvOptions& o) {
     t.contact_cost_weight = o.at("contact_cost_weight");
   }
   t.forward = Forward{Forward::Of::kBody, "torso"};
-  t.forward_weight = 1.0;  // Ant-v4 has no weight for it
-  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
   SetHealth(o, &t);
   t.qpos_bounds = {{2, {o.at("healthy_z_min"), o.at("healthy_z_max"), true}}};
   t.finite_state = true;
-  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
   t.reset_qvel_kind = VelocityNoise::kNormal;
   return t;
 }
@@ -142,10 +131,7 @@ EnvOptions HumanoidDefaults() {
           {"reset_noise_scale", 1e-2},     {"exclude_current_positions_from_observation", 1}};
 }
 LocomotionTask HumanoidTask(const EnvOptions& o) {
-  LocomotionTask t;
-  t.name = "Humanoid-v4";
-  t.frame_skip = 5;
-  t.observation = PositionsAndVelocities(o, 2, 0);
+  LocomotionTask t = BaseTask(o, "Humanoid-v4", 5, 2, 0);
   for (ObsPart::Kind k : {ObsPart::Kind::kComInertia, ObsPart::Kind::kComVelocity, ObsPart::Kind::kActuatorForce,
                           ObsPart::Kind::kContactForce}) {
     ObsPart part;
@@ -153,11 +139,8 @@ LocomotionTask HumanoidTask(const EnvOptions& o) {
     t.observation.push_back(part);
   }
   t.forward = Forward{Forward::Of::kMassCenter, ""};
-  t.forward_weight = o.at("forward_reward_weight");
-  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
   SetHealth(o, &t);
   t.qpos_bounds = {{2, {o.at("healthy_z_min"), o.at("healthy_z_max")}}};
-  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
   return t;
 }
 
@@ -167,14 +150,8 @@ EnvOptions SwimmerDefaults() {
           {"exclude_current_positions_from_observation", 1}};
 }
 LocomotionTask SwimmerTask(const EnvOptions& o) {
-  LocomotionTask t;
-  t.name = "Swimmer-v4";
-  t.frame_skip = 4;
+  LocomotionTask t = BaseTask(o, "Swimmer-v4", 4, 2, 0);
   t.reward_threshold = 360.0;
-  t.observation = PositionsAndVelocities(o, 2, 0);
-  t.forward_weight = o.at("forward_reward_weight");
-  t.ctrl_cost_weight = o.at("ctrl_cost_weight");
-  t.reset_qpos_noise = t.reset_qvel_noise = o.at("reset_noise_scale");
   return t;
 }
 
