@@ -143,7 +143,7 @@ TEST_CASE("MuJoCo models: the published constants of Gymnasium's assets", "[mujo
   }
 }
 
-TEST_CASE("HalfCheetah: observation is qpos without x, then qvel; reward is forward velocity minus 0.1 |a|^2",
+TEST_CASE("HalfCheetah: observation is qpos without x, then qvel: reward is forward velocity minus 0.1 |a|^2",
           "[mujoco]") {
   auto env = Make("HalfCheetah-v4");
   auto& cheetah = Locomotion(env);
@@ -172,7 +172,7 @@ TEST_CASE("HalfCheetah: observation is qpos without x, then qvel; reward is forw
   for (int i = 1; i < m->nq; ++i) CHECK(obs[i - 1] == static_cast<float>(ref.d->qpos[i]));
 }
 
-TEST_CASE("Hopper: healthy only with z > 0.7, |angle| < 0.2 and the state within +-100; qvel clipped to 10",
+TEST_CASE("Hopper: healthy only with z > 0.7, |angle| < 0.2 and the state within +-100: qvel clipped to 10",
           "[mujoco]") {
   auto env = Make("Hopper-v4");
   auto& hopper = Locomotion(env);
@@ -285,7 +285,7 @@ TEST_CASE("Ant: forward velocity of the torso's centre of mass, control cost 0.5
   }
 }
 
-TEST_CASE("Humanoid: the centre of mass's velocity at 1.25, healthy 5, control cost 0.1; its 376 observations",
+TEST_CASE("Humanoid: the centre of mass's velocity at 1.25, healthy 5, control cost 0.1: its 376 observations",
           "[mujoco]") {
   auto env = Make("Humanoid-v4");
   auto& h = Locomotion(env);
@@ -318,7 +318,7 @@ TEST_CASE("Humanoid: the centre of mass's velocity at 1.25, healthy 5, control c
   CHECK(obs[292 + 6] == static_cast<float>(ref.d->cfrc_ext[6]));
 }
 
-TEST_CASE("InvertedDoublePendulum: sines, cosines, clipped velocities and constraint forces; the tip's height "
+TEST_CASE("InvertedDoublePendulum: sines, cosines, clipped velocities and constraint forces: the tip's height "
           "ends it at 1", "[mujoco]") {
   auto env = Make("InvertedDoublePendulum-v4");
   auto& p = dynamic_cast<MujocoEnv&>(*env);
