@@ -4,7 +4,8 @@
 # random policy's (about -300) to above 100 within 200,000 env steps, farm-eval's 10 sampled episodes of
 # the checkpoint must average above -150, well above a random cheetah (a policy this young flips over now and then:
 # single episodes from -411 to 381 where training's mean was 442; its deterministic policy returned -226 once),
-# and --resume from the run directory must go on to 250,000 steps with the normaliser's statistics carried over. Usage: mujoco_train_test.sh BUILD_DIR MODE
+# and --resume from the run directory must go on to 250,000 steps with the normaliser's statistics carried over.
+# Usage: mujoco_train_test.sh BUILD_DIR MODE
 build_dir="$1" mode="$2"
 source "$(dirname "$0")/lib.sh"
 project="$tmp/my_project"
