@@ -61,8 +61,6 @@ Status Model::FromText(const std::string& name, const std::string& xml, std::sha
 }
 
 int Model::BodyId(const std::string& body) const { return mj_name2id(model_, mjOBJ_BODY, body.c_str()); }
-int Model::SiteId(const std::string& site) const { return mj_name2id(model_, mjOBJ_SITE, site.c_str()); }
-int Model::SensorId(const std::string& sensor) const { return mj_name2id(model_, mjOBJ_SENSOR, sensor.c_str()); }
 
 std::vector<std::string> Model::Names(mjtObj type, int count) const {
   std::vector<std::string> names;

@@ -31,10 +31,8 @@ class Model {
   const mjModel* get() const { return model_; }
   const std::string& name() const { return name_; }
 
-  // Ids by name, or -1 when the model has none of that name.
+  // A body's id, or -1 when the model has none of that name.
   int BodyId(const std::string& body) const;
-  int SiteId(const std::string& site) const;
-  int SensorId(const std::string& sensor) const;
   // The names of every object of a type (mjOBJ_BODY ...), in id order: for refusals that list what exists.
   std::vector<std::string> Names(mjtObj type, int count) const;
 
