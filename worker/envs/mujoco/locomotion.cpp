@@ -10,6 +10,34 @@
 #include <stdexcept>
 
 namespace farm::mujoco {
+namespace {
+
+// The id of a named sensor, or -1.
+int SensorId(const mjModel* m, const std::string& name) { return mj_name2id(m, mjOBJ_SENSOR, name.c_str()); }
+
+// The readings a kSensors part writes: the named sensors' slices of sensordata, or one slice of all of it.
+struct SensorSlice {
+  int adr = 0;
+  int dim = 0;
+};
+std::vector<SensorSlice> SensorSlices(const ObsPart& part, const mjModel* m) {
+  if (part.sensors.empty()) return {{0, m->nsensordata}};
+  std::vector<SensorSlice> out;
+  for (const std::string& name : part.sensors) {
+    const int id = SensorId(m, name);
+    if (id >= 0) out.push_back({m->sensor_adr[id], m->sensor_dim[id]});
+  }
+  return out;
+}
+
+// The qpos index of the z of a body's free joint, or -1 when its first joint is not free.
+int FreeJointZ(const mjModel* m, int body) {
+  if (m->body_jntnum[body] < 1) return -1;
+  const int j = m->body_jntadr[body];
+  return m->jnt_type[j] == mjJNT_FREE ? m->jnt_qposadr[j] + 2 : -1;
+}
+
+}  // namespace
 
 int ObservationSize(const LocomotionTask& task, const mjModel* m) {
   int n = 0;
@@ -21,6 +49,9 @@ int ObservationSize(const LocomotionTask& task, const mjModel* m) {
       case ObsPart::Kind::kComVelocity: n += 6 * m->nbody; break;
       case ObsPart::Kind::kActuatorForce: n += m->nv; break;
       case ObsPart::Kind::kContactForce: n += 6 * m->nbody; break;
+      case ObsPart::Kind::kSensors:
+        for (const SensorSlice& s : SensorSlices(part, m)) n += s.dim;
+        break;
     }
   }
   return n;
@@ -32,7 +63,7 @@ EnvSpec LocomotionSpec(const LocomotionTask& task, const mjModel* m) {
   EnvSpec spec;
   spec.name = task.name;
   spec.observation = Space::Box({n}, std::vector<float>(n, -kMax), std::vector<float>(n, kMax));
-  spec.action = MujocoEnv::ActionSpace(m);
+  spec.action = MujocoEnv::ActionSpace(m, task.action_mode);
   spec.max_episode_steps = task.max_episode_steps;
   spec.reward_threshold = task.reward_threshold;
   return spec;
@@ -51,6 +82,13 @@ void ValidateTask(const LocomotionTask& task, const Model& model) {
     if (part.kind == ObsPart::Kind::kQpos && (part.skip < 0 || part.skip >= m->nq))
       bad(fmt::format("the observation leaves out {} of qpos's {} entries: expected 0 to {}", part.skip, m->nq,
                       m->nq - 1));
+    if (part.kind == ObsPart::Kind::kSensors) {
+      if (m->nsensor == 0) bad("the observation reads sensors, but the model has none");
+      for (const std::string& name : part.sensors)
+        if (SensorId(m, name) < 0)
+          bad(fmt::format("no sensor '{}' for the observation; sensors: {}", name,
+                          fmt::join(model.Names(mjOBJ_SENSOR, m->nsensor), ", ")));
+    }
   }
   if (task.forward.of == Forward::Of::kBody && model.BodyId(task.forward.body) < 0)
     bad(fmt::format("no body '{}' for the forward velocity; bodies: {}", task.forward.body,
@@ -61,15 +99,34 @@ void ValidateTask(const LocomotionTask& task, const Model& model) {
     if (!(b.range.low <= b.range.high))
       bad(fmt::format("the health bound on qpos[{}] is [{}, {}]: low above high", b.index, b.range.low, b.range.high));
   }
+  for (const BodyHeightBound& b : task.body_heights) {
+    if (model.BodyId(b.body) < 0)
+      bad(fmt::format("no body '{}' for a health bound on its height; bodies: {}", b.body,
+                      fmt::join(model.Names(mjOBJ_BODY, m->nbody), ", ")));
+    if (!(b.range.low <= b.range.high))
+      bad(fmt::format("the health bound on {}'s height is [{}, {}]: low above high", b.body, b.range.low,
+                      b.range.high));
+  }
   if (task.state_from < 0 || task.state_from > m->nq)
     bad(fmt::format("state_from {}: expected 0 to {}", task.state_from, m->nq));
   if (task.reset_qpos_noise < 0 || task.reset_qvel_noise < 0) bad("a negative reset noise");
 }
 
 LocomotionEnv::LocomotionEnv(LocomotionTask task, std::shared_ptr<const Model> model, uint64_t seed)
-    : MujocoEnv(std::move(model), task.frame_skip, seed), task_(std::move(task)) {
+    : MujocoEnv(std::move(model), task.frame_skip, seed, task.action_mode), task_(std::move(task)) {
   ValidateTask(task_, shared_model());
   if (task_.forward.of == Forward::Of::kBody) forward_body_ = shared_model().BodyId(task_.forward.body);
+  for (const ObsPart& part : task_.observation) {
+    if (part.kind != ObsPart::Kind::kSensors) continue;
+    std::vector<Slice> slices;
+    for (const SensorSlice& s : SensorSlices(part, this->model())) slices.push_back({s.adr, s.dim});
+    sensor_slices_.push_back(std::move(slices));
+  }
+  for (const BodyHeightBound& b : task_.body_heights) {
+    const int id = shared_model().BodyId(b.body);
+    height_bodies_.push_back(id);
+    height_qpos_.push_back(FreeJointZ(this->model(), id));
+  }
   for (int b = 0; b < this->model()->nbody; ++b) total_mass_ += this->model()->body_mass[b];
 }
 
@@ -99,6 +156,8 @@ bool LocomotionEnv::IsHealthy() const {
   }
   for (const QposBound& b : task_.qpos_bounds)
     if (!b.range.Contains(d->qpos[b.index])) return false;
+  for (std::size_t i = 0; i < task_.body_heights.size(); ++i)
+    if (!task_.body_heights[i].range.Contains(BodyHeight(static_cast<int>(i)))) return false;
   if (task_.state_range) {
     for (int i = task_.state_from; i < m->nq; ++i)
       if (!task_.state_range->Contains(d->qpos[i])) return false;
@@ -106,6 +165,11 @@ bool LocomotionEnv::IsHealthy() const {
       if (!task_.state_range->Contains(d->qvel[i])) return false;
   }
   return true;
+}
+
+double LocomotionEnv::BodyHeight(int bound) const {
+  const int z = height_qpos_[bound];
+  return z >= 0 ? data()->qpos[z] : data()->xpos[3 * height_bodies_[bound] + 2];
 }
 
 double LocomotionEnv::ContactCost() const {
@@ -127,8 +191,13 @@ void LocomotionEnv::WriteObs(float* obs) const {
   auto put = [&out](const mjtNum* src, int n, double lo, double hi) {
     for (int i = 0; i < n; ++i) *out++ = static_cast<float>(lo < hi ? std::clamp(src[i], lo, hi) : src[i]);
   };
+  std::size_t sensor_part = 0;
   for (const ObsPart& part : task_.observation) {
     switch (part.kind) {
+      case ObsPart::Kind::kSensors:
+        for (const Slice& s : sensor_slices_[sensor_part]) put(d->sensordata + s.adr, s.dim, 0, 0);
+        ++sensor_part;
+        break;
       case ObsPart::Kind::kQpos: put(d->qpos + part.skip, m->nq - part.skip, 0, 0); break;
       case ObsPart::Kind::kQvel: put(d->qvel, m->nv, -part.clip, part.clip); break;
       case ObsPart::Kind::kComInertia: put(d->cinert, 10 * m->nbody, 0, 0); break;

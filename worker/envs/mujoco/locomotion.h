@@ -38,12 +38,14 @@ struct ObsPart {
     kComVelocity,    // cvel of every body (6 each)
     kActuatorForce,  // qfrc_actuator (nv)
     kContactForce,   // cfrc_ext of every body (6 each), clipped to [clip_low, clip_high] when clip_low < clip_high
+    kSensors,        // the readings (sensordata) of the named sensors in that order; none named: every sensor's
   };
   Kind kind = Kind::kQpos;
   int skip = 0;          // kQpos: leading entries left out (the root's x, or x and y)
   double clip = 0;       // kQvel
   double clip_low = 0;   // kContactForce
   double clip_high = 0;  // kContactForce
+  std::vector<std::string> sensors;  // kSensors
 };
 
 // What the forward velocity is of.
@@ -60,6 +62,14 @@ struct Forward {
 // A bound on one coordinate (qpos index) for the health check.
 struct QposBound {
   int index = 0;
+  Range range;
+};
+
+// A bound on a named body's height for the health check: the z of its frame (xpos) as of the step's last
+// kinematics, and, for a body on a free joint, that joint's z in qpos (the state after the step, as Gymnasium's
+// Ant reads qpos[2]).
+struct BodyHeightBound {
+  std::string body;
   Range range;
 };
 
@@ -80,9 +90,14 @@ struct LocomotionTask {
 
   bool terminate_when_unhealthy = false;
   std::vector<QposBound> qpos_bounds;      // each qpos[index] within its range
+  std::vector<BodyHeightBound> body_heights;  // each named body's height within its range
   std::optional<Range> state_range;        // every qpos[state_from:] and qvel value within it (Hopper)
   int state_from = 0;
   bool finite_state = false;               // every qpos and qvel finite (Ant, InvertedPendulum)
+
+  // The policy's action: clipped into each actuator's ctrlrange (kClip, Gymnasium's tasks), or in [-1, 1] and
+  // mapped onto the ctrlrange (kScale); the control cost is over the clipped action either way.
+  ActionMode action_mode = ActionMode::kClip;
 
   double reset_qpos_noise = 0;
   double reset_qvel_noise = 0;
@@ -94,7 +109,7 @@ int ObservationSize(const LocomotionTask& task, const mjModel* m);
 // The spec of a task over a model: a float box of ObservationSize (unbounded), the model's action space, the
 // task's time limit and threshold.
 EnvSpec LocomotionSpec(const LocomotionTask& task, const mjModel* m);
-// Throws std::invalid_argument naming what the model lacks (a body, a qpos index) or a bad value.
+// Throws std::invalid_argument naming what the model lacks (a body, a sensor, a qpos index) or a bad value.
 void ValidateTask(const LocomotionTask& task, const Model& model);
 
 class LocomotionEnv : public MujocoEnv {
@@ -120,9 +135,17 @@ class LocomotionEnv : public MujocoEnv {
  private:
   double ForwardPosition() const;
   double ContactCost() const;
+  double BodyHeight(int bound) const;
 
   LocomotionTask task_;
   int forward_body_ = -1;
+  struct Slice {
+    int adr = 0;
+    int dim = 0;
+  };
+  std::vector<std::vector<Slice>> sensor_slices_;  // per kSensors part, in the order of task_.observation
+  std::vector<int> height_bodies_;                 // per body_heights entry: the body's id
+  std::vector<int> height_qpos_;                   // per body_heights entry: qpos index of its free joint's z, or -1
   double total_mass_ = 0;
   Terms terms_;
 };

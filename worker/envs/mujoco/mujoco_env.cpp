@@ -5,23 +5,34 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "worker/random.h"
 
 namespace farm::mujoco {
 
-MujocoEnv::MujocoEnv(std::shared_ptr<const Model> model, int frame_skip, uint64_t seed)
+MujocoEnv::MujocoEnv(std::shared_ptr<const Model> model, int frame_skip, uint64_t seed, ActionMode action_mode)
     : model_(std::move(model)), data_(mj_makeData(model_->get())), frame_skip_(frame_skip),
-      action_(model_->get()->nu, 0.0), rng_(seed) {
+      action_mode_(action_mode), action_(model_->get()->nu, 0.0), rng_(seed) {
   if (data_ == nullptr) throw std::runtime_error(fmt::format("MuJoCo model {}: mj_makeData failed", model_->name()));
   if (frame_skip < 1) throw std::invalid_argument(fmt::format("frame_skip {}: expected at least 1", frame_skip));
 }
 
 MujocoEnv::~MujocoEnv() { mj_deleteData(data_); }
 
-Space MujocoEnv::ActionSpace(const mjModel* m) {
+namespace {
+
+// An actuator's control range; [-1, 1] for one without a limit.
+std::pair<double, double> CtrlRange(const mjModel* m, int i) {
+  if (!m->actuator_ctrllimited[i]) return {-1.0, 1.0};
+  return {m->actuator_ctrlrange[2 * i], m->actuator_ctrlrange[2 * i + 1]};
+}
+
+}  // namespace
+
+Space MujocoEnv::ActionSpace(const mjModel* m, ActionMode mode) {
   std::vector<float> low(m->nu, -1.0f), high(m->nu, 1.0f);
-  for (int i = 0; i < m->nu; ++i) {
+  for (int i = 0; i < m->nu && mode == ActionMode::kClip; ++i) {
     if (m->actuator_ctrllimited[i]) {
       low[i] = static_cast<float>(m->actuator_ctrlrange[2 * i]);
       high[i] = static_cast<float>(m->actuator_ctrlrange[2 * i + 1]);
@@ -54,12 +65,14 @@ void MujocoEnv::ResetWithNoise(double qpos_noise, double qvel_noise, VelocityNoi
 void MujocoEnv::Simulate(const float* action) {
   const mjModel* m = model();
   for (int i = 0; i < m->nu; ++i) {
-    double a = action[i];
-    const double lo = m->actuator_ctrllimited[i] ? m->actuator_ctrlrange[2 * i] : -1.0;
-    const double hi = m->actuator_ctrllimited[i] ? m->actuator_ctrlrange[2 * i + 1] : 1.0;
-    a = std::clamp(a, lo, hi);
-    action_[i] = a;
-    data_->ctrl[i] = a;
+    const auto [lo, hi] = CtrlRange(m, i);
+    if (action_mode_ == ActionMode::kClip) {
+      action_[i] = std::clamp(static_cast<double>(action[i]), lo, hi);
+      data_->ctrl[i] = action_[i];
+    } else {
+      action_[i] = std::clamp(static_cast<double>(action[i]), -1.0, 1.0);
+      data_->ctrl[i] = lo + 0.5 * (action_[i] + 1.0) * (hi - lo);
+    }
   }
   for (int k = 0; k < frame_skip_; ++k) mj_step(m, data_);
   mj_rnePostConstraint(m, data_);

@@ -23,9 +23,15 @@ namespace farm::mujoco {
 // or scale times a standard normal (HalfCheetah, Ant, InvertedDoublePendulum).
 enum class VelocityNoise { kUniform, kNormal };
 
+// What the policy's action means: a control clipped into each actuator's ctrlrange (kClip, Gymnasium's tasks;
+// the action space is the ctrlranges), or a value in [-1, 1] mapped linearly onto the ctrlrange (kScale; the
+// action space is [-1, 1] for every actuator, values outside it clipped first).
+enum class ActionMode { kClip, kScale };
+
 class MujocoEnv : public Env {
  public:
-  MujocoEnv(std::shared_ptr<const Model> model, int frame_skip, uint64_t seed);
+  MujocoEnv(std::shared_ptr<const Model> model, int frame_skip, uint64_t seed,
+            ActionMode action_mode = ActionMode::kClip);
   ~MujocoEnv() override;
   MujocoEnv(const MujocoEnv&) = delete;
   MujocoEnv& operator=(const MujocoEnv&) = delete;
@@ -41,18 +47,18 @@ class MujocoEnv : public Env {
   // Gymnasium's set_state does.
   void SetState(const std::vector<double>& qpos, const std::vector<double>& qvel);
 
-  // The action space every MuJoCo task shares: one float per actuator in its ctrlrange ([-1, 1] for an
-  // actuator without a limit).
-  static Space ActionSpace(const mjModel* m);
+  // The action space every MuJoCo task shares: one float per actuator, in its ctrlrange with kClip ([-1, 1]
+  // for an actuator without a limit), in [-1, 1] with kScale.
+  static Space ActionSpace(const mjModel* m, ActionMode mode = ActionMode::kClip);
 
  protected:
   // mj_resetData, then qpos = qpos0 + U(-qpos_noise, qpos_noise) and qvel = 0 + the velocity noise, then
   // mj_forward.
   void ResetWithNoise(double qpos_noise, double qvel_noise, VelocityNoise kind);
-  // Clips `action` (nu floats) into the control ranges, keeps it (clipped_action()), sets data.ctrl and steps
-  // frame_skip times.
+  // Clips `action` (nu floats) into the action space, keeps it (clipped_action()), sets data.ctrl (mapped onto
+  // the ctrlranges with kScale) and steps frame_skip times.
   void Simulate(const float* action);
-  // The last action as the physics received it (after clipping), for control costs.
+  // The last action after clipping into the action space, for control costs.
   const std::vector<double>& clipped_action() const { return action_; }
 
   mjData* mutable_data() { return data_; }
@@ -62,6 +68,7 @@ class MujocoEnv : public Env {
   std::shared_ptr<const Model> model_;
   mjData* data_;  // owned; mj_deleteData in the destructor
   int frame_skip_;
+  ActionMode action_mode_;
   std::vector<double> action_;
   std::mt19937_64 rng_;
 };
