@@ -424,7 +424,48 @@ Status PolicyRunConfig(const FarmConfig& run, const std::string& name, FarmConfi
   return Status::Ok();
 }
 
+namespace {
+
+Status ValidateMujoco(const EnvConfig& env) {
+  const MujocoConfig& m = env.mujoco;
+  if (m.model.empty()) return Status::Ok();
+  if (!env.python.empty())
+    return Status::InvalidArgument(fmt::format(
+        "env.mujoco.model ('{}') and env.python ('{}') each name the env: set one of them", m.model, env.python));
+  if (!env.options.empty())
+    return Status::InvalidArgument(
+        "env.options: a robot described by env.mujoco takes no options; set its keys under env.mujoco");
+  if (m.observation.empty())
+    return Status::InvalidArgument("env.mujoco.observation: expected at least one part, got an empty list");
+  if (!m.sensors.empty() && std::find(m.observation.begin(), m.observation.end(), "sensors") == m.observation.end())
+    return Status::InvalidArgument(
+        "env.mujoco.sensors names sensors, but env.mujoco.observation has no 'sensors' part to show them");
+  if (m.forward == "body" && m.forward_body.empty() && m.forward_weight != 0)
+    return Status::InvalidArgument(
+        "env.mujoco.forward is 'body' but env.mujoco.forward_body is empty: name the body whose forward "
+        "velocity is rewarded, set forward to root_x or mass_center, or forward_weight to 0");
+  if (!(m.contact_force_min <= m.contact_force_max))
+    return Status::InvalidArgument(
+        fmt::format("env.mujoco.contact_force_min ({}) is above env.mujoco.contact_force_max ({})",
+                    m.contact_force_min, m.contact_force_max));
+  for (std::size_t i = 0; i < m.healthy.size(); ++i) {
+    const MujocoHealthBound& b = m.healthy[i];
+    const std::string key = fmt::format("env.mujoco.healthy[{}]", i);
+    if (b.body.empty() == b.joint.empty())
+      return Status::InvalidArgument(fmt::format(
+          "{}: expected exactly one of body (a body's height) and joint (a joint's position), got {}", key,
+          b.body.empty() ? "neither" : "both"));
+    if (!b.min && !b.max) return Status::InvalidArgument(fmt::format("{}: expected min, max or both", key));
+    if (b.min && b.max && !(*b.min <= *b.max))
+      return Status::InvalidArgument(fmt::format("{}: min ({}) is above max ({})", key, *b.min, *b.max));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateConfig(const FarmConfig& c) {
+  if (auto s = ValidateMujoco(c.env); !s.ok()) return s;
   if (c.env.num_envs % c.env.num_groups != 0)
     return Status::InvalidArgument(fmt::format(
         "env.num_envs ({}) must be a multiple of env.num_groups ({})", c.env.num_envs, c.env.num_groups));

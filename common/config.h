@@ -30,6 +30,84 @@ struct Rule {
   std::string Describe() const;  // "a value >= 1", "one of: sync, async", ...
 };
 
+// A bound of the health check of a robot of your own (MujocoConfig::healthy): a named body's height, or a
+// named hinge or slide joint's position, within [min, max] (null: no bound on that side).
+struct MujocoHealthBound {
+  std::string body;   // the body's height: the z of its frame (its free joint's z in qpos, for the root)
+  std::string joint;  // or a hinge or slide joint's position (qpos)
+  std::optional<double> min;
+  std::optional<double> max;
+
+  template <class V> void visit(V& v) {
+    v("body", body);
+    v("joint", joint);
+    v("min", min);
+    v("max", max);
+  }
+};
+
+// A MuJoCo robot of your own (docs/ENVIRONMENTS.md, "Your own robot"): env.name names it (not a built-in env's
+// name), `model` is its MJCF file and the rest describes the task, as Gymnasium's locomotion tasks are described
+// (worker/envs/mujoco/locomotion.h). Per step:
+//   reward = forward_weight * the forward velocity + healthy_reward (while healthy, or always with
+//            terminate_when_unhealthy) - ctrl_cost_weight * sum(action^2)
+//            - contact_cost_weight * sum(clip(cfrc_ext, contact_force_min, contact_force_max)^2)
+//   terminated = terminate_when_unhealthy and not healthy
+// Names the model lacks (bodies, joints, sensors) are refused when a worker starts, naming what it has.
+struct MujocoConfig {
+  std::string model;  // the MJCF file; empty: env.name is a registered env, and the keys below are not used
+  int frame_skip = 5;
+  int max_episode_steps = 1000;  // 0: no time limit
+  // The observation, its parts in this order: qpos (without its first qpos_skip entries), qvel (clipped to
+  // +-qvel_clip when > 0), sensors (the readings of `sensors`, every sensor when empty), cfrc_ext (contact forces
+  // of every body, clipped to the contact force range), cinert, cvel, qfrc_actuator.
+  std::vector<std::string> observation = {"qpos", "qvel"};
+  int qpos_skip = 2;  // 2: the root's x and y left out (a free joint), 1: x (a planar robot), 0: none
+  double qvel_clip = 0;
+  std::vector<std::string> sensors;
+  double contact_force_min = -1;
+  double contact_force_max = 1;
+  std::string action = "clip";  // clip: a control in each actuator's ctrlrange; scale: [-1, 1] onto it
+  // The forward velocity: of root_x (qpos[0]), of a body's centre of mass (forward_body), or of the
+  // robot's centre of mass (mass_center).
+  std::string forward = "body";
+  std::string forward_body;  // with forward: body
+  double forward_weight = 1;
+  double healthy_reward = 1;
+  double ctrl_cost_weight = 0;
+  double contact_cost_weight = 0;
+  bool terminate_when_unhealthy = true;
+  std::vector<MujocoHealthBound> healthy;  // all must hold (and every qpos and qvel finite)
+  double reset_noise_scale = 0.1;          // qpos0 + U(-s, s); qvel as reset_qvel_noise says
+  std::string reset_qvel_noise = "uniform";  // uniform: U(-s, s); normal: s * N(0, 1)
+  std::optional<double> reward_threshold;    // the return that counts as solved (null: none)
+
+  template <class V> void visit(V& v) {
+    v("model", model);
+    v("frame_skip", frame_skip, Rule::AtLeast(1));
+    v("max_episode_steps", max_episode_steps, Rule::AtLeast(0));
+    v("observation", observation,
+      Rule::OneOf({"qpos", "qvel", "sensors", "cfrc_ext", "cinert", "cvel", "qfrc_actuator"}));
+    v("qpos_skip", qpos_skip, Rule::AtLeast(0));
+    v("qvel_clip", qvel_clip, Rule::AtLeast(0));
+    v("sensors", sensors);
+    v("contact_force_min", contact_force_min);
+    v("contact_force_max", contact_force_max);
+    v("action", action, Rule::OneOf({"clip", "scale"}));
+    v("forward", forward, Rule::OneOf({"root_x", "body", "mass_center"}));
+    v("forward_body", forward_body);
+    v("forward_weight", forward_weight);
+    v("healthy_reward", healthy_reward);
+    v("ctrl_cost_weight", ctrl_cost_weight, Rule::AtLeast(0));
+    v("contact_cost_weight", contact_cost_weight, Rule::AtLeast(0));
+    v("terminate_when_unhealthy", terminate_when_unhealthy);
+    v("healthy", healthy);
+    v("reset_noise_scale", reset_noise_scale, Rule::AtLeast(0));
+    v("reset_qvel_noise", reset_qvel_noise, Rule::OneOf({"uniform", "normal"}));
+    v("reward_threshold", reward_threshold);
+  }
+};
+
 struct EnvConfig {
   std::string name = "CartPole-v1";
   int num_envs = 8;    // per worker
@@ -65,6 +143,8 @@ struct EnvConfig {
   // /usr/bin/python3 that can import zmq, google.protobuf and numpy (worker/python_launch.h), the choice said at
   // start; set: that one, refused at start (farm-worker exits 2, naming the fixes) when it lacks a module.
   std::string python_interpreter;
+  // A MuJoCo robot of your own, described here (MujocoConfig); env.mujoco.model empty: not used.
+  MujocoConfig mujoco;
   // Where the run's Python worker found env.python's code when the run started: the absolute path of its .py file,
   // or, for a module name, the sys.path folder it was imported from. The learner writes it into the run
   // directory's config.yaml from the first worker's Hello; a worker started from a run directory (farm-eval,
@@ -85,6 +165,7 @@ struct EnvConfig {
     v("reward_clip", reward_clip, Rule::Positive());
     v("frame_stack", frame_stack, Rule::Between(1, 64));  // kMaxFrameStack in worker/env_group.h
     v("decorrelate_episodes", decorrelate_episodes);
+    v("mujoco", mujoco);
   }
 };
 

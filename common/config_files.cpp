@@ -123,10 +123,24 @@ Status ResolveLearnerFiles(FarmConfig* config, const std::string& actor_copy, co
     return s;
   (void)resolve("transport.curve_learner_public_key_file", &t.curve_learner_public_key_file, {}, false);
   (void)resolve("transport.curve_worker_secret_key_file", &t.curve_worker_secret_key_file, {}, false);
+  (void)resolve("env.mujoco.model", &config->env.mujoco.model, {}, false);
+  return Status::Ok();
+}
+
+Status ResolveEnvFiles(FarmConfig* config) {
+  std::string& model = config->env.mujoco.model;
+  if (model.empty()) return Status::Ok();
+  FileQuery q;
+  q.key = "env.mujoco.model";
+  q.path = model;
+  std::string found;
+  if (auto s = FindConfigFile(*config, q, &found); !s.ok()) return s;
+  model = found;
   return Status::Ok();
 }
 
 Status ResolveWorkerFiles(FarmConfig* config) {
+  if (auto s = ResolveEnvFiles(config); !s.ok()) return s;
   TransportConfig& t = config->transport;
   if (!t.curve) return Status::Ok();
   for (auto [key, value] : {std::pair<const char*, std::string*>{"transport.curve_worker_secret_key_file",

@@ -46,12 +46,16 @@ std::vector<std::string> RecordedPlaces(const FarmConfig& config, const std::str
 // The path keys the learner reads, found and made absolute in `config`: learner.init_from, the encoder scripts
 // (for a run directory's config, the run directory's copies named `actor_copy` and `critic_copy` first) and, with
 // transport.curve, the learner's secret key and the authorized keys; NotFound for one set and found nowhere. The
-// workers' two CURVE keys are made absolute too where they are found here (they are looked for again by each
+// workers' files (env.mujoco.model and the two CURVE keys) are made absolute too where they are found here (they are looked for again by each
 // worker), so that the run's record is complete.
 Status ResolveLearnerFiles(FarmConfig* config, const std::string& actor_copy, const std::string& critic_copy);
 
-// The path keys a worker reads, found and made absolute: with transport.curve, its secret key and the learner's
-// public key.
+// The path keys a worker reads, found and made absolute: env.mujoco.model (ResolveEnvFiles) and, with
+// transport.curve, its secret key and the learner's public key.
 Status ResolveWorkerFiles(FarmConfig* config);
+
+// The files the env itself reads, found and made absolute: env.mujoco.model. What builds envs from a config
+// (farm-worker, farm-eval, farm-random) calls it.
+Status ResolveEnvFiles(FarmConfig* config);
 
 }  // namespace farm

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/config_files.h"
 #include "learner/model/blas_kernel.h"
 #include "learner/model/policy.h"
 #include "learner/run/checkpoint.h"
@@ -226,6 +227,7 @@ int main(int argc, char** argv) {
   if (auto s = farm::LoadObsTransform(config, checkpoint, policy->observation_space().numel(), &normalize); !s.ok())
     return Fail(s.message());
 
+  if (auto s = farm::ResolveEnvFiles(&config); !s.ok()) return Fail(s.message());
   std::unique_ptr<farm::EnvGroup> group;
   if (auto s = farm::EnvGroup::Create(config.env, num_envs, seed, &group); !s.ok()) return Fail(s.message());
   const farm::EnvSpec& spec = group->spec();

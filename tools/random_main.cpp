@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/config_files.h"
 #include "worker/env_group.h"
 #include "worker/random.h"
 
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   if (auto s = farm::LoadConfig(config_path, overrides, &config); !s.ok()) return Fail(s.message());
   num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
 
+  if (auto s = farm::ResolveEnvFiles(&config); !s.ok()) return Fail(s.message());
   std::unique_ptr<farm::EnvGroup> group;
   if (auto s = farm::EnvGroup::Create(config.env, num_envs, seed, &group); !s.ok()) return Fail(s.message());
   const farm::Space& act = group->spec().action;
