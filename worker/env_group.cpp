@@ -68,9 +68,26 @@ Space StackedSpace(const Space& frame, int k) {
   return Space::Box(std::move(shape), std::move(low), std::move(high));
 }
 
+std::vector<EnvDescriber>& Describers() {
+  static std::vector<EnvDescriber> describers;
+  return describers;
+}
+
 }  // namespace
 
+bool AddEnvDescriber(EnvDescriber describer) {
+  Describers().push_back(describer);
+  return true;
+}
+
+Status DescribeEnv(const EnvConfig& env) {
+  for (EnvDescriber describe : Describers())
+    if (Status s = describe(env); !s.ok()) return s;
+  return Status::Ok();
+}
+
 Status EnvGroup::Create(const EnvConfig& env, int num_envs, uint64_t seed, std::unique_ptr<EnvGroup>* out) {
+  if (Status s = DescribeEnv(env); !s.ok()) return s;
   EnvGroupOptions group_options;
   group_options.frame_stack = env.frame_stack;
   return Create(env.name, env.options, num_envs, seed, group_options, out);
@@ -82,6 +99,7 @@ Status EnvGroup::Create(const std::string& env_name, const std::map<std::string,
 }
 
 Status EnvGroup::Layout(const EnvConfig& env, int num_envs, EnvGroupLayout* out) {
+  if (Status s = DescribeEnv(env); !s.ok()) return s;
   const EnvFamily* family = nullptr;
   EnvOptions resolved;
   return Plan(env.name, env.options, num_envs, env.frame_stack, &family, &resolved, out);

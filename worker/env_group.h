@@ -47,6 +47,16 @@ struct EpisodeStat {
   bool cut = false;
 };
 
+// Envs a config describes rather than names (env.mujoco: a robot of your own). A describer looks at the env
+// section; when it describes an env, it registers a family under env.name (once per process: the same
+// description again does nothing) and returns Ok, and a bad description is an error naming the key and what was
+// expected. Describers register at static initialisation (worker/envs/mujoco/config_task.cpp).
+using EnvDescriber = Status (*)(const EnvConfig& env);
+bool AddEnvDescriber(EnvDescriber describer);
+// Runs every describer over `env`: EnvGroup::Create and Layout with an EnvConfig do it first, so workers,
+// farm-eval and farm-random find a described env as a registered one.
+Status DescribeEnv(const EnvConfig& env);
+
 // Rows: an env with num_agents agents has that many rows, env-major: agent a
 // of env e is row e * num_agents + a. Every per-row buffer below (actions,
 // obs, reward, flags, global state) is laid out that way; with one agent per
