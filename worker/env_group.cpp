@@ -373,6 +373,7 @@ void EnvGroup::Step(const int64_t* discrete_actions, const float* continuous_act
     const bool truncated = !terminated && limit > 0 && length >= limit;
     const bool ended = terminated || truncated;
     ended_[e] = ended;
+    if (observer_) observer_(e, *envs_[e], res.reward, ended);
     if (done == nullptr) {
       for (int r = first_row; r < first_row + agents; ++r) {
         reward_[r] = res.reward;

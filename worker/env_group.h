@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -92,6 +94,15 @@ class EnvGroup {
   int64_t frame_numel() const { return frame_numel_; }  // per row, one env observation
   int64_t state_numel() const { return state_numel_; }  // per env; 0 without a global state
 
+  // Env e itself, read-only: for tools that look inside an env between steps (farm-eval --video reads a MuJoCo
+  // env's simulation state).
+  const Env& env(int e) const { return *envs_.at(static_cast<std::size_t>(e)); }
+  // Called by Step after env e has stepped and before an ended env is reset, with the env's reward and whether
+  // its episode ended (terminated or truncated): the only moment an episode's last state can be seen. Empty
+  // (the default): nothing is called.
+  using StepObserver = std::function<void(int e, const Env& env, float reward, bool ended)>;
+  void SetStepObserver(StepObserver observer) { observer_ = std::move(observer); }
+
   // Resets every env; obs() holds the first observations, flags are cleared.
   void Reset();
   // Steps every env with its rows' actions (discrete: rows() int64;
@@ -172,6 +183,7 @@ class EnvGroup {
   std::vector<int64_t> choices_;  // categorical actions: choices per component ({n} or nvec); box: empty
   int64_t state_numel_ = 0;
   std::vector<std::unique_ptr<Env>> envs_;
+  StepObserver observer_;
   std::vector<float> reward_;
   std::vector<uint8_t> terminated_;
   std::vector<uint8_t> truncated_;

@@ -39,6 +39,7 @@ class MujocoEnv : public Env {
   const mjModel* model() const { return model_->get(); }
   const mjData* data() const { return data_; }
   const Model& shared_model() const { return *model_; }
+  std::shared_ptr<const Model> model_handle() const { return model_; }
   // Seconds of simulated time per env step: timestep * frame_skip.
   double dt() const { return model()->opt.timestep * frame_skip_; }
   int frame_skip() const { return frame_skip_; }
