@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,9 @@
 #include "learner/run/eval_episodes.h"
 #include "tools/served_eval.h"
 #include "worker/env_group.h"
+#include "worker/envs/mujoco/mujoco_env.h"
+#include "worker/envs/mujoco/recording.h"
+#include "worker/envs/mujoco/video.h"
 
 namespace {
 
@@ -114,7 +118,22 @@ int main(int argc, char** argv) {
   app.add_flag("--sample", sample,
                "sample actions from the policy, as in training (LibTorch's generator seeded with the env seed), "
                "instead of its mode or mean");
+  std::string video;
+  farm::mujoco::VideoOptions video_options;
+  app.add_option("--video", video,
+                 "a MuJoCo env: render the first episode of the first env to this file (.gif, or .mp4 with ffmpeg on "
+                 "PATH), offscreen, and write its bodies' heights and velocities over time beside it (.csv)");
+  app.add_option("--camera", video_options.camera,
+                 "--video: the model's camera to film with (default: its first camera, else one following the robot)");
+  app.add_option("--video-size", video_options.width, "--video: width in pixels (height: 3/4 of it)")
+      ->check(CLI::Range(16, 4096))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  video_options.height = video_options.width * 3 / 4;
+  if (!video.empty()) {
+    const std::string ext = std::filesystem::path(video).extension().string();
+    if (ext != ".gif" && ext != ".mp4") return Fail(fmt::format("--video {}: expected a .gif or .mp4 file name", video));
+  }
   fmt::print(stderr, "farm-eval: {}\n", blas_kernel.message);
 
   // A Python env's evaluation reads these signals from a signalfd (tools/served_eval.h): blocked in every thread,
@@ -236,6 +255,23 @@ int main(int argc, char** argv) {
                             spec.name, spec.observation.ToString(), spec.action.ToString(),
                             policy->observation_space().ToString(), policy->action_space().ToString()));
 
+  // --video: env 0's first episode, state by state, from its reset to its end (the observer sees the last state
+  // before the group resets the env).
+  std::unique_ptr<farm::mujoco::EpisodeRecording> recording;
+  bool recorded = false;
+  if (!video.empty()) {
+    const auto* sim = dynamic_cast<const farm::mujoco::MujocoEnv*>(&group->env(0));
+    if (sim == nullptr)
+      return Fail(fmt::format("--video: {} is not a MuJoCo env; videos are of MuJoCo envs' episodes", spec.name));
+    recording = std::make_unique<farm::mujoco::EpisodeRecording>(sim->model_handle(), sim->dt());
+    recording->Add(sim->data(), 0);
+    group->SetStepObserver([&](int e, const farm::Env& env, float reward, bool ended) {
+      if (e != 0 || recorded) return;
+      recording->Add(static_cast<const farm::mujoco::MujocoEnv&>(env).data(), reward);
+      recorded = ended;
+    });
+  }
+
   const farm::Space& action_space = spec.action;
   const bool discrete = action_space.is_categorical();  // int64 actions: discrete or multi-discrete
   // One row per agent (env-major); a single-agent env has a row per env. The shared policy acts on each row.
@@ -304,5 +340,26 @@ int main(int argc, char** argv) {
   }
 
   Report(returns, lengths, spec.name, checkpoint, counters, seed, sample);
+  if (recording) {
+    // The table first: it needs no renderer, and says what the video shows where there can be none.
+    const std::string trace = std::filesystem::path(video).replace_extension(".csv").string();
+    if (auto s = recording->WriteTrace(trace); !s.ok()) return Fail(s.message(), 1);
+    double episode_return = 0;
+    for (int i = 0; i < recording->size(); ++i) episode_return += recording->reward(i);
+    const std::string what = fmt::format("episode 1 of env 0 ({} steps, return {:.2f})", recording->size() - 1,
+                                         episode_return);
+    // A live line: a software renderer takes tens of milliseconds a frame.
+    auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+    video_options.progress = [&](int frame, int frames) {
+      const auto now = std::chrono::steady_clock::now();
+      if (frame < frames && now - last < std::chrono::seconds(1)) return;
+      last = now;
+      fmt::print(stderr, "\rfarm-eval: rendering {}: frame {} of {}{}", video, frame, frames, frame == frames ? "\n" : "");
+    };
+    if (auto s = farm::mujoco::WriteVideo(*recording, video, video_options); !s.ok())
+      return Fail(fmt::format("{}; the bodies' heights and velocities of {} are in {}", s.message(), what, trace), 1);
+    fmt::print(stderr, "farm-eval: {}: {} ({}x{}); the bodies' heights and velocities: {}\n", video, what,
+               video_options.width, video_options.height, trace);
+  }
   return 0;
 }
