@@ -31,17 +31,11 @@ namespace farm::mujoco {
 
 #if !FARM_HAVE_RENDER
 
-bool CanRender(std::string* why_not) {
-  *why_not =
-      "this build has no renderer: Mesa's OSMesa and giflib were not found when it was configured (Debian: "
-      "apt-get install libosmesa6-dev libgif-dev, then rebuild; scripts/farm installs them)";
-  return false;
-}
-
 Status WriteVideo(const EpisodeRecording&, const std::string& path, const VideoOptions&) {
-  std::string why;
-  CanRender(&why);
-  return Status::NotFound(fmt::format("cannot render {}: {}", path, why));
+  return Status::NotFound(fmt::format(
+      "cannot render {}: this build has no renderer: Mesa's OSMesa and giflib were not found when it was "
+      "configured (Debian: apt-get install libosmesa6-dev libgif-dev, then rebuild; scripts/farm installs them)",
+      path));
 }
 
 #else
@@ -319,15 +313,6 @@ Status ChooseCamera(const mjModel* m, const Model& model, const std::string& nam
 }
 
 }  // namespace
-
-bool CanRender(std::string* why_not) {
-  OffscreenContext context(8, 8);
-  if (!context.ok()) {
-    *why_not = "Mesa's OSMesa could not make an OpenGL context";
-    return false;
-  }
-  return true;
-}
 
 Status WriteVideo(const EpisodeRecording& episode, const std::string& path, const VideoOptions& options) {
   const std::string ext = std::filesystem::path(path).extension().string();

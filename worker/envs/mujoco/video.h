@@ -26,10 +26,6 @@ struct VideoOptions {
   std::function<void(int frame, int frames)> progress;
 };
 
-// Whether this build can render (OSMesa and giflib found when it was configured); if not, why not, and what
-// to install.
-bool CanRender(std::string* why_not);
-
 // Renders every recorded state (fewer above max_fps) and writes `path`: .gif or .mp4. Fails, saying why, where
 // no OpenGL context can be had, where an .mp4 is asked for without ffmpeg, or for another extension.
 Status WriteVideo(const EpisodeRecording& episode, const std::string& path, const VideoOptions& options = {});
