@@ -676,7 +676,7 @@ def main():
     ap.add_argument("--learning-envs", metavar="LIST",
                     help="learning: the envs (default: scripts/bench_learning.py's, the classic control envs)")
     ap.add_argument("--mujoco-tasks", metavar="LIST", default="half_cheetah,hopper,walker2d,ant,humanoid,swimmer,"
-                    "inverted_pendulum,inverted_double_pendulum",
+                    "inverted_pendulum,inverted_double_pendulum,reacher",
                     help="mujoco: the configs/mujoco/TASK.yaml to measure (default: all)")
     ap.add_argument("--mujoco-workers", metavar="LIST", default="2,16",
                     help="mujoco: the worker counts of the training runs (default: 2,16)")

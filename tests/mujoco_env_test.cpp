@@ -8,6 +8,7 @@
 
 #include <mujoco/mujoco.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -349,6 +350,62 @@ TEST_CASE("InvertedDoublePendulum: sines, cosines, clipped velocities and constr
     CHECK(obs[4] == static_cast<float>(std::cos(ref.d->qpos[2])));
     for (int i = 5; i < 11; ++i) CHECK(std::abs(obs[i]) <= 10.0f);
   }
+}
+
+TEST_CASE("Reacher: a target drawn in the disc of radius 0.2, cosines and sines, the fingertip's offset: the "
+          "reward is of the state before the step", "[mujoco]") {
+  const EnvSpec spec = SpecOf("Reacher-v4");
+  CHECK(spec.observation.numel() == 11);
+  CHECK(spec.action.numel() == 2);
+  CHECK(spec.max_episode_steps == 50);
+  CHECK(spec.reward_threshold.value_or(0) == -3.75);
+
+  auto env = Make("Reacher-v4", {}, 5);
+  auto& p = dynamic_cast<MujocoEnv&>(*env);
+  const mjModel* m = p.model();
+  const int fingertip = mj_name2id(m, mjOBJ_BODY, "fingertip"), target = mj_name2id(m, mjOBJ_BODY, "target");
+  std::vector<float> obs(11);
+  std::vector<double> goals;
+  for (int episode = 0; episode < 50; ++episode) {
+    env->reset(obs.data());
+    const mjData* d = p.data();
+    CHECK(std::hypot(d->qpos[2], d->qpos[3]) < 0.2);
+    CHECK(d->qvel[2] == 0);
+    CHECK(d->qvel[3] == 0);
+    for (int i = 0; i < 2; ++i) {
+      CHECK(std::abs(d->qpos[i] - m->qpos0[i]) <= 0.1);
+      CHECK(std::abs(d->qvel[i]) <= 0.005);
+    }
+    // The target's qpos is its position on the table.
+    CHECK(d->xpos[3 * target] == Approx(d->qpos[2]).margin(1e-12));
+    CHECK(d->xpos[3 * target + 1] == Approx(d->qpos[3]).margin(1e-12));
+    CHECK(obs[4] == static_cast<float>(d->qpos[2]));
+    CHECK(obs[8] == static_cast<float>(d->xpos[3 * fingertip] - d->xpos[3 * target]));
+    goals.push_back(d->qpos[2]);
+  }
+  std::sort(goals.begin(), goals.end());
+  CHECK(goals.front() < -0.1);  // spread over the disc, not one point
+  CHECK(goals.back() > 0.1);
+
+  // A hand-set state: the reward is -(the fingertip's distance to the target before the step) - |clip(a)|^2.
+  std::vector<double> qpos = {0.3, -1.2, 0.15, 0.05}, qvel = {0.5, -0.2, 0, 0};
+  p.SetState(qpos, qvel);
+  const mjData* d = p.data();
+  const double before = std::sqrt(std::pow(d->xpos[3 * fingertip] - d->xpos[3 * target], 2) +
+                                   std::pow(d->xpos[3 * fingertip + 1] - d->xpos[3 * target + 1], 2) +
+                                   std::pow(d->xpos[3 * fingertip + 2] - d->xpos[3 * target + 2], 2));
+  Reference ref(p);
+  const std::vector<float> action = {0.5f, 2.0f};  // the second clipped to 1
+  const double ctrl = ref.Step(action, 2);
+  CHECK(ctrl == Approx(1.25));
+  const StepResult r = env->step(ActionRef{nullptr, action.data()}, obs.data());
+  CHECK(r.reward == Approx(-before - 1.25).epsilon(1e-6));
+  CHECK_FALSE(r.terminated);
+  CHECK(obs[0] == static_cast<float>(std::cos(ref.d->qpos[0])));
+  CHECK(obs[3] == static_cast<float>(std::sin(ref.d->qpos[1])));
+  CHECK(obs[5] == static_cast<float>(0.05));
+  CHECK(obs[6] == static_cast<float>(ref.d->qvel[0]));
+  CHECK(obs[9] == static_cast<float>(ref.d->xpos[3 * fingertip + 1] - ref.d->xpos[3 * target + 1]));
 }
 
 TEST_CASE("MuJoCo envs: the same seed gives the same episodes, in any group, another seed others", "[mujoco]") {

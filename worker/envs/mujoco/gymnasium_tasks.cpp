@@ -1,12 +1,13 @@
 // Gymnasium's v4 MuJoCo tasks over the built-in models (worker/envs/mujoco/models/): the observation layout,
-// reward terms and weights, health ranges and termination, reset noise, frame skip, the 1000-step limit and the
-// registered reward thresholds of gymnasium/envs/mujoco/*_v4.py. Each accepts the keyword arguments of its
+// reward terms and weights, health ranges and termination, reset noise, frame skip, the time limit (1000 steps;
+// Reacher's 50) and the registered reward thresholds of gymnasium/envs/mujoco/*_v4.py. Each accepts the keyword arguments of its
 // Gymnasium constructor as env.options (0/1 for the booleans; a (low, high) range as two options _min and _max).
 // Registered as "HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4", "Swimmer-v4",
-// "InvertedPendulum-v4" and "InvertedDoublePendulum-v4".
+// "InvertedPendulum-v4", "InvertedDoublePendulum-v4" and "Reacher-v4".
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "worker/env.h"
@@ -228,6 +229,89 @@ std::unique_ptr<Env> MakeInvertedDoublePendulum(const EnvOptions& /*o*/, uint64_
   return std::make_unique<InvertedDoublePendulum>(BuiltinModel("inverted_double_pendulum.xml"), seed);
 }
 
+// ---- Reacher-v4: a two-link arm reaching for a target placed at random on each reset. As in Gymnasium's v4 the
+// reward is of the state the action starts from (the fingertip's distance to the target before the physics
+// steps) less the squared action, and the episode has no end but the 50-step limit.
+class Reacher : public MujocoEnv {
+ public:
+  static constexpr int kObs = 11;
+  Reacher(std::shared_ptr<const Model> model, uint64_t seed)
+      : MujocoEnv(std::move(model), 2, seed),
+        fingertip_(shared_model().BodyId("fingertip")),
+        target_(shared_model().BodyId("target")) {}
+
+  void reset(float* obs) override {
+    // qpos0 + U(-0.1, 0.1) and qvel U(-0.005, 0.005); then the target at a uniform point of the disc of radius 0.2
+    // (drawn in the square, kept inside the disc), at rest.
+    ResetWithNoise(0.1, 0.005, VelocityNoise::kUniform);
+    std::uniform_real_distribution<double> u(-0.2, 0.2);
+    double gx = 0, gy = 0;
+    do {
+      gx = u(rng());
+      gy = u(rng());
+    } while (std::hypot(gx, gy) >= 0.2);
+    mjData* d = mutable_data();
+    d->qpos[2] = gx;
+    d->qpos[3] = gy;
+    d->qvel[2] = d->qvel[3] = 0;
+    mj_forward(model(), d);
+    WriteObs(obs);
+  }
+
+  StepResult step(const ActionRef& action, float* obs) override {
+    const double distance = FingertipToTarget().norm();
+    Simulate(action.continuous);
+    double ctrl = 0;
+    for (double a : clipped_action()) ctrl += a * a;
+    WriteObs(obs);
+    StepResult r;
+    r.reward = static_cast<float>(-distance - ctrl);
+    return r;
+  }
+
+ private:
+  struct Vec3 {
+    double x, y, z;
+    double norm() const { return std::sqrt(x * x + y * y + z * z); }
+  };
+  // Body frames' positions, as Gymnasium's get_body_com reads them (xpos, not the centre of mass).
+  Vec3 FingertipToTarget() const {
+    const mjData* d = data();
+    const double* f = d->xpos + 3 * fingertip_;
+    const double* t = d->xpos + 3 * target_;
+    return {f[0] - t[0], f[1] - t[1], f[2] - t[2]};
+  }
+  void WriteObs(float* obs) const {
+    const mjData* d = data();
+    for (int i = 0; i < 2; ++i) obs[i] = static_cast<float>(std::cos(d->qpos[i]));  // the joints' angles
+    for (int i = 0; i < 2; ++i) obs[2 + i] = static_cast<float>(std::sin(d->qpos[i]));
+    for (int i = 0; i < 2; ++i) obs[4 + i] = static_cast<float>(d->qpos[2 + i]);  // the target's position
+    for (int i = 0; i < 2; ++i) obs[6 + i] = static_cast<float>(d->qvel[i]);      // the joints' velocities
+    const Vec3 v = FingertipToTarget();
+    obs[8] = static_cast<float>(v.x);
+    obs[9] = static_cast<float>(v.y);
+    obs[10] = static_cast<float>(v.z);
+  }
+
+  int fingertip_, target_;
+};
+
+EnvSpec ReacherSpec(const EnvOptions& /*o*/) {
+  const mjModel* m = BuiltinModel("reacher.xml")->get();
+  constexpr float kMax = std::numeric_limits<float>::max();
+  EnvSpec spec;
+  spec.name = "Reacher-v4";
+  spec.observation =
+      Space::Box({Reacher::kObs}, std::vector<float>(Reacher::kObs, -kMax), std::vector<float>(Reacher::kObs, kMax));
+  spec.action = MujocoEnv::ActionSpace(m);
+  spec.max_episode_steps = 50;
+  spec.reward_threshold = -3.75;
+  return spec;
+}
+std::unique_ptr<Env> MakeReacher(const EnvOptions& /*o*/, uint64_t seed) {
+  return std::make_unique<Reacher>(BuiltinModel("reacher.xml"), seed);
+}
+
 // A family for a locomotion task over a built-in model: the task built from the resolved options.
 using TaskBuilder = LocomotionTask (*)(const EnvOptions&);
 bool RegisterLocomotion(const std::string& name, const std::string& model_file, EnvOptions defaults,
@@ -258,5 +342,6 @@ const bool registered = RegisterLocomotion("HalfCheetah-v4", "half_cheetah.xml",
 }  // namespace
 
 FARM_REGISTER_ENV("InvertedDoublePendulum-v4", EnvOptions{}, InvertedDoublePendulumSpec, MakeInvertedDoublePendulum);
+FARM_REGISTER_ENV("Reacher-v4", EnvOptions{}, ReacherSpec, MakeReacher);
 
 }  // namespace farm::mujoco
