@@ -57,3 +57,19 @@ print("eval:", json.dumps(e))
 assert e["episodes"] == 8, e
 PY
 fi
+# farm-eval --video films MuJoCo envs: a CartPole run is refused by the env's name, a file that is not .gif or .mp4
+# by its name, and nothing is written.
+if [ "$mode" = sync ]; then
+  for video in "$tmp/cart.gif" "$tmp/cart.avi"; do
+    if "$build_dir/tools/farm-eval" "$run_dir" --episodes 1 --video "$video" >/dev/null 2>"$tmp/video.err"; then
+      echo "farm-eval --video $video on CartPole-v1 succeeded" >&2
+      exit 1
+    fi
+    cat "$tmp/video.err" >&2
+    case "$video" in
+      *.gif) grep -q "CartPole-v1 is not a MuJoCo env" "$tmp/video.err" ;;
+      *) grep -q "expected a .gif or .mp4 file name" "$tmp/video.err" ;;
+    esac
+  done
+  [ ! -e "$tmp/cart.gif" ] && [ ! -e "$tmp/cart.csv" ] && [ ! -e "$tmp/cart.avi" ]
+fi

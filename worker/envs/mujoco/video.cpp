@@ -329,7 +329,9 @@ Status WriteVideo(const EpisodeRecording& episode, const std::string& path, cons
   // Every stride-th state, so that frames come at most max_fps per simulated second; a GIF counts its delay in
   // hundredths of a second, an MP4 in frames per second.
   const double dt = episode.dt();
-  const int stride = std::max(1, static_cast<int>(std::ceil(options.max_fps > 0 ? 1.0 / (dt * options.max_fps) : 1.0)));
+  // (1e-9: a step of exactly 1/max_fps s must not round up to every other state)
+  const int stride =
+      std::max(1, static_cast<int>(std::ceil(options.max_fps > 0 ? 1.0 / (dt * options.max_fps) - 1e-9 : 1.0)));
   const double frame_seconds = dt * stride;
   const int frames = (episode.size() + stride - 1) / stride;
 
