@@ -67,6 +67,15 @@ cat "$tmp/boom.log"
 grep -q "this env cannot be built" "$tmp/boom.log" || fail "the env's error is not in farm-eval's message"
 wait_until 10 no_leftover || fail "processes left after a failed evaluation: $(pgrep -af "$marker")"
 
+# --video films a MuJoCo env that farm-eval steps itself: a Python env's run is refused by name, nothing started.
+rc=0
+"$build_dir/tools/farm-eval" "$tmp/run" --episodes 1 --video "$tmp/cue.gif" --set "env.python=$tmp/cue_$marker.py:make" \
+  > /dev/null 2> "$tmp/video.log" || rc=$?
+cat "$tmp/video.log"
+[ "$rc" -ne 0 ] || fail "farm-eval --video on a Python env's run exited 0"
+grep -q "is a Python env" "$tmp/video.log" || fail "farm-eval --video did not say why it refused"
+[ ! -e "$tmp/cue.gif" ] && [ ! -e "$tmp/cue.csv" ] || fail "farm-eval --video wrote files for a Python env"
+
 # 4. SIGTERM to farm-eval while it evaluates (many episodes): it stops both children and exits non-zero.
 "$build_dir/tools/farm-eval" "$tmp/run" --episodes 1000000 --envs 2 --set "env.python=$tmp/cue_$marker.py:make" \
   > "$tmp/term.json" 2> "$tmp/term.log" &

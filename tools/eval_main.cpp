@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
     const std::string here = (base / "config.yaml").string();
     if (std::filesystem::is_regular_file(here, ec) && farm::LoadConfig(here, overrides, &whole).ok() &&
         !whole.policies.empty()) {
+      if (!video.empty())
+        return Fail(fmt::format("--video: {} is a run with several policies, served to a worker; --video films a "
+                                "MuJoCo env that farm-eval steps itself (a run with one policy)",
+                                run_dir));
       farm::ServedEvalOptions o;
       const std::string build = farm::SelfDir() + "/..";
       o.learner_bin = build + "/learner/farm-learner";
@@ -217,6 +221,10 @@ int main(int argc, char** argv) {
   if (seed_opt->count() == 0) seed = config.seed;
   num_envs = std::min(num_envs, episodes);  // more envs than episodes would step for nothing
   if (!config.env.python.empty()) {
+    if (!video.empty())
+      return Fail(fmt::format("--video: {} is a Python env ({}), stepped by a worker; --video films a MuJoCo env "
+                              "that farm-eval steps itself",
+                              config.env.name, config.env.python));
     // A Python env: served by farm-learner --serve to one farm-worker, both beside this binary in the build tree.
     farm::ServedEvalOptions o;
     const std::string build = farm::SelfDir() + "/..";
