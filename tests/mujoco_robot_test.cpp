@@ -17,6 +17,7 @@
 #include "common/config.h"
 #include "common/config_files.h"
 #include "env_test_util.h"
+#include "temp_dir.h"
 #include "worker/env_group.h"
 #include "worker/envs/mujoco/config_task.h"
 #include "worker/envs/mujoco/locomotion.h"
@@ -29,14 +30,11 @@ namespace fs = std::filesystem;
 
 const std::string kQuadruped = std::string(FARM_SOURCE_DIR) + "/examples/mujoco/quadruped.xml";
 
-// A fresh folder under the system's temp dir, removed at the end of the test.
+// A fresh folder under the system's temp dir (tests/temp_dir.h), removed at the end of the test, as a path.
 struct TempDir {
+  testing::TempDir dir;
   fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / ("farm_mujoco_robot_" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+  explicit TempDir(const std::string& name) : dir("farm_mujoco_robot_" + name), path(dir.path) {}
 };
 
 // Ant-v4 as env.mujoco keys, over a copy of the built-in ant.xml.

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include <mujoco/mujoco.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +19,7 @@
 #endif
 
 #include "env_test_util.h"
+#include "temp_dir.h"
 #include "worker/env_group.h"
 #include "worker/envs/mujoco/mujoco_env.h"
 #include "worker/envs/mujoco/recording.h"
@@ -31,13 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::MakeGroup;
 
+// A fresh folder under the system's temp dir (tests/temp_dir.h), removed at the end of the test, as a path.
 struct TempDir {
-  fs::path path;
-  TempDir() : path(fs::temp_directory_path() / ("farm_mujoco_video_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+  testing::TempDir dir{"farm_mujoco_video"};
+  fs::path path{dir.path};
 };
 
 std::vector<std::vector<std::string>> ReadCsv(const fs::path& file) {
