@@ -1,4 +1,5 @@
 #include "common/config.h"
+#include "common/update_paths.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -498,31 +499,18 @@ Status ValidateConfig(const FarmConfig& c) {
   const auto& d = c.learner.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5)))
     return Status::InvalidArgument(fmt::format("learner.device: expected auto, cpu, cuda or cuda:N, got '{}'", d));
-  if (c.ppo.fused_update == "on" && (c.learner.device != "cpu" || c.learner.precision != "fp32"))
-    return Status::InvalidArgument(fmt::format(
-        "ppo.fused_update=on needs learner.device=cpu and learner.precision=fp32 (got {} and {}): the fused update "
-        "runs on the CPU in fp32; use ppo.fused_update=auto to fall back to the LibTorch update elsewhere",
-        c.learner.device, c.learner.precision));
-  if (c.ppo.value_norm != "none" && c.ppo.fused_update == "on")
-    return Status::InvalidArgument(fmt::format(
-        "ppo.value_norm={} cannot run with ppo.fused_update=on (the fused update has no value normalisation); use "
-        "ppo.fused_update=auto to fall back to the LibTorch update, or ppo.value_norm=none",
-        c.ppo.value_norm));
-  if (c.ppo.fused_update == "on" && c.ppo.encoder != "mlp")
-    return Status::InvalidArgument(fmt::format(
-        "ppo.fused_update=on needs ppo.encoder=mlp (got {}): the fused update knows only the MLP; use "
-        "ppo.fused_update=auto to fall back to the LibTorch update",
-        c.ppo.encoder));
-  if (c.ppo.fused_update == "on" && (c.ppo.activation != "tanh" || c.ppo.layer_norm))
-    return Status::InvalidArgument(fmt::format(
-        "ppo.fused_update=on needs ppo.activation=tanh and ppo.layer_norm=false (got {} and {}): the fused update "
-        "knows only the tanh MLP; use ppo.fused_update=auto to fall back to the LibTorch update",
-        c.ppo.activation, c.ppo.layer_norm));
-  if (c.ppo.fused_update == "on" && c.ppo.has_encoder_script())
-    return Status::InvalidArgument(fmt::format(
-        "ppo.fused_update=on cannot run a TorchScript encoder (ppo.actor_encoder_script '{}', "
-        "ppo.critic_encoder_script '{}'); use ppo.fused_update=auto to fall back to the LibTorch update",
-        c.ppo.actor_encoder_script, c.ppo.critic_encoder_script));
+  // ppo.fused_update=on and ppo.graph_update=on: the run's needs against the update paths' table
+  // (common/update_paths.h), which the trainer reads too.
+  {
+    const UpdateNeeds needs = ConfigNeeds(c);
+    for (const auto& [path, mode] : {std::pair<UpdatePath, const std::string*>{UpdatePath::kFused, &c.ppo.fused_update},
+                                     {UpdatePath::kGraphed, &c.ppo.graph_update}}) {
+      if (*mode != "on") continue;
+      if (Status s = CheckUpdatePath(path, needs); !s.ok())
+        return Status::InvalidArgument(fmt::format("{}; use {}=auto to fall back to the LibTorch update{}", s.message(),
+                                                   UpdatePathKey(path), path == UpdatePath::kGraphed ? " (or off)" : ""));
+    }
+  }
   if (!c.ppo.actor_encoder_script.empty() && c.learner.cuda_graphs && !c.learner.random_actions)
     return Status::InvalidArgument(fmt::format(
         "learner.cuda_graphs does not capture a TorchScript encoder (ppo.actor_encoder_script is '{}'); set "
@@ -534,10 +522,6 @@ Status ValidateConfig(const FarmConfig& c) {
   if (c.ppo.encoder == "impala" && c.ppo.impala_channels.empty())
     return Status::InvalidArgument("ppo.encoder=impala needs ppo.impala_channels, one entry per stage (e.g. [16, 32, "
                                    "32])");
-  if (c.ppo.sde && c.ppo.fused_update == "on")
-    return Status::InvalidArgument(
-        "ppo.fused_update=on cannot train ppo.sde (the fused update has only a state-independent log-std); use "
-        "ppo.fused_update=auto to fall back to the LibTorch update, or ppo.sde=false");
   if (c.ppo.sde && c.learner.cuda_graphs && !c.learner.deterministic && !c.learner.random_actions)
     return Status::InvalidArgument(
         "learner.cuda_graphs cannot act with ppo.sde (each env's noise matrix is held between its steps, outside "
@@ -553,16 +537,6 @@ Status ValidateConfig(const FarmConfig& c) {
           "learner.sync_fraction ({}) with ppo.core={} cuts rollouts at a chunk's start, so ppo.bptt must be at most "
           "half of ppo.rollout_length ({}); got bptt {} (0: the whole rollout)",
           c.learner.sync_fraction, c.ppo.core, c.ppo.rollout_length, c.ppo.bptt));
-    if (c.ppo.fused_update == "on")
-      return Status::InvalidArgument(fmt::format(
-          "ppo.fused_update=on cannot train ppo.core={} (the fused update knows only feed-forward MLPs); use "
-          "ppo.fused_update=auto to fall back to the LibTorch update, or ppo.core=none",
-          c.ppo.core));
-    if (c.ppo.graph_update == "on")
-      return Status::InvalidArgument(fmt::format(
-          "ppo.graph_update=on cannot train ppo.core={} (the graphed step takes rows, not chunks through time); use "
-          "ppo.graph_update=auto or off",
-          c.ppo.core));
     if (c.learner.cuda_graphs && !c.learner.random_actions)
       return Status::InvalidArgument(fmt::format(
           "learner.cuda_graphs cannot act with ppo.core={} (the graphs were captured without a recurrent state); set "

@@ -104,7 +104,7 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
   if (ranks.group) {
     // One rank of several: every minibatch's gradient is averaged over the ranks (learner/train/ppo.h SetReducer).
     try {
-      parts.trainer->SetReducer(std::make_shared<GradientReducer>(ranks.group, config.learner.rank_check_every));
+      parts.trainer->SetReducer(std::make_shared<RankReducer>(ranks.group, config.learner.rank_check_every));
     } catch (const std::invalid_argument& e) {
       FailStart(e.what());
       refuse(e.what());

@@ -69,12 +69,13 @@ ActorCritic MakePolicy(uint64_t seed) {
   return ActorCritic(Space::Box({kObsDim}, {-1}, {1}), Space::Discrete(4), std::vector<int>{32, 32});
 }
 
-PpoConfig Config(int num_minibatches, int epochs) {
+// `fused`: ppo.fused_update, "off" (the LibTorch update) or "on" (the fused CPU update, which must then run).
+PpoConfig Config(int num_minibatches, int epochs, const std::string& fused = "off") {
   PpoConfig c;
   c.num_minibatches = num_minibatches;
   c.update_epochs = epochs;
   c.lr = 3e-3;
-  c.fused_update = "off";
+  c.fused_update = fused;
   c.graph_update = "off";
   c.anneal_lr = false;
   return c;
@@ -205,7 +206,10 @@ TEST_CASE("torchrun's and Slurm's environments say where a rank stands", "[ranks
 
 TEST_CASE("two ranks update as one learner on the union of their data, with unequal sample counts", "[ranks]") {
   const int64_t steps = 16, envs0 = 6, envs1 = 2;  // 96 and 32 samples
-  const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/3);
+  // Both update paths that take ranks: the LibTorch update, and the fused CPU update through its flat buffer.
+  const std::string path = GENERATE(as<std::string>{}, "off", "on");
+  INFO("ppo.fused_update=" << path);
+  const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/3, path);
   ActorCritic acting = MakePolicy(1);
   torch::manual_seed(7);
   std::vector<Rollout> part0, part1;
@@ -227,14 +231,17 @@ TEST_CASE("two ranks update as one learner on the union of their data, with uneq
   std::vector<std::vector<PpoStats>> rank_stats(2);
   std::vector<ReducerTraffic> traffic(2);
   RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
-    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, /*check_every=*/1));
+    ranks[r]->SetReducer(std::make_shared<RankReducer>(group, /*check_every=*/1));
     for (int u = 0; u < 3; ++u) rank_stats[r].push_back(ranks[r]->Update(r == 0 ? part0[u] : part1[u], 0.0));
     traffic[r] = ranks[r]->reducer()->TakeTraffic();
   });
 
   const torch::Tensor want = Flat(single);
+  const std::string want_path = path == "on" ? "fused" : "libtorch";
+  CHECK(single.last_update_path() == want_path);
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r);
+    CHECK(ranks[r]->last_update_path() == want_path);
     const torch::Tensor got = Flat(*ranks[r]);
     CHECK(testing::RelativeDiff(got, want) < 2e-5);
     CHECK((got - initial).abs().max().item<double>() > 1e-3);  // it moved far beyond the tolerance
@@ -255,6 +262,51 @@ TEST_CASE("two ranks update as one learner on the union of their data, with uneq
   }
 }
 
+TEST_CASE("two ranks on the fused update, a box action space, and a rank whose every sample is too old", "[ranks]") {
+  // Rank 1's samples all lag beyond ppo.max_policy_lag: it trains on nothing of its own, yet takes its part in every
+  // step of rank 0's (empty minibatches through the flat buffer), and both end where one learner on the union does.
+  const int64_t steps = 16, envs0 = 4, envs1 = 3;
+  PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/3, "on");
+  config.max_policy_lag = 2;
+  const auto make = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    return ActorCritic(Space::Box({kObsDim}, {-1}, {1}), Space::Box({2}, {-1}, {1}), std::vector<int>{32, 32});
+  };
+  ActorCritic acting = make(1);
+  torch::manual_seed(13);
+  Rollout part0 = testing::ActedRollout(acting, torch::randn({steps * envs0, kObsDim}), {}, steps, envs0);
+  Rollout part1 = testing::ActedRollout(acting, torch::randn({steps * envs1, kObsDim}), {}, steps, envs1);
+  part0.lag = torch::zeros({steps, envs0}, torch::kLong);
+  part1.lag = torch::full({steps, envs1}, 5, torch::kLong);
+  Rollout both = Union(part0, part1);
+  both.lag = torch::cat({part0.lag, part1.lag}, 1);
+  PpoTrainer single(make(1), config, 1);
+  const torch::Tensor initial = Flat(single);
+  const PpoStats want_stats = single.Update(both, 0.0);
+  REQUIRE(single.last_update_path() == std::string("fused"));
+  REQUIRE(want_stats.lag_dropped == steps * envs1);
+  std::vector<std::unique_ptr<PpoTrainer>> ranks;
+  ranks.push_back(std::make_unique<PpoTrainer>(make(1), config, 1));
+  ranks.push_back(std::make_unique<PpoTrainer>(make(2), config, 2));
+  std::vector<PpoStats> got(2);
+  RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
+    ranks[r]->SetReducer(std::make_shared<RankReducer>(group, 1));
+    got[r] = ranks[r]->Update(r == 0 ? part0 : part1, 0.0);
+  });
+  const torch::Tensor want = Flat(single);
+  CHECK((want - initial).abs().max().item<double>() > 1e-3);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(ranks[r]->last_update_path() == std::string("fused"));
+    CHECK(testing::RelativeDiff(Flat(*ranks[r]), want) < 2e-5);
+    CHECK(got[r].learning_rate == Approx(want_stats.learning_rate));
+    CHECK(got[r].epochs == want_stats.epochs);
+  }
+  CHECK(got[1].samples == 0);
+  CHECK(got[0].grad_norm == got[1].grad_norm);  // the clip saw one gradient on both ranks
+  CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
+}
+
 TEST_CASE("two ranks with finished agents update as one learner on the union, masks and all", "[ranks][active]") {
   const int64_t steps = 16, envs0 = 6, envs1 = 4;
   const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/2);
@@ -272,7 +324,7 @@ TEST_CASE("two ranks with finished agents update as one learner on the union, ma
   ranks.push_back(std::make_unique<PpoTrainer>(MakePolicy(1), config, 2));
   std::vector<PpoStats> stats(2);
   RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
-    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, /*check_every=*/1));
+    ranks[r]->SetReducer(std::make_shared<RankReducer>(group, /*check_every=*/1));
     stats[r] = ranks[r]->Update(r == 0 ? part0 : part1, 0.0);
   });
   // The advantages normalised over the acting rows of both ranks, each minibatch's gradient weighted by its acting
@@ -322,7 +374,7 @@ TEST_CASE("two ranks with a GRU core and V-trace update as one learner on the un
   const PpoStats want_stats = single.Update(both, 0.0);
   std::vector<PpoStats> got(2);
   RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
-    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, 1));
+    ranks[r]->SetReducer(std::make_shared<RankReducer>(group, 1));
     got[r] = ranks[r]->Update(r == 0 ? r0 : r1, 0.0);
   });
   const torch::Tensor want = Flat(single);
@@ -338,7 +390,9 @@ TEST_CASE("two ranks with a GRU core and V-trace update as one learner on the un
 
 TEST_CASE("ranks stay bit-identical over many minibatches, empty ones and target_kl stops", "[ranks]") {
   // Rank 1 has 3 envs x 8 steps = 24 samples for 32 minibatches: most of its minibatches are empty.
-  PpoConfig config = Config(/*num_minibatches=*/32, /*epochs=*/4);
+  const std::string path = GENERATE(as<std::string>{}, "off", "on");
+  INFO("ppo.fused_update=" << path);
+  PpoConfig config = Config(/*num_minibatches=*/32, /*epochs=*/4, path);
   config.target_kl = 0.002;
   ActorCritic acting = MakePolicy(3);
   torch::manual_seed(11);
@@ -350,10 +404,11 @@ TEST_CASE("ranks stay bit-identical over many minibatches, empty ones and target
   std::vector<std::vector<PpoStats>> stats(2);
   std::vector<int64_t> checksums(2);
   RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
-    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, /*check_every=*/1));
+    ranks[r]->SetReducer(std::make_shared<RankReducer>(group, /*check_every=*/1));
     for (int u = 0; u < 4; ++u) stats[r].push_back(ranks[r]->Update(r == 0 ? r0 : r1, 0.0));
     checksums[r] = ranks[r]->reducer()->last_checksum();
   });
+  CHECK(ranks[1]->last_update_path() == std::string(path == "on" ? "fused" : "libtorch"));
   CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
   CHECK(checksums[0] == checksums[1]);
   for (size_t u = 0; u < stats[0].size(); ++u) {
@@ -367,7 +422,9 @@ TEST_CASE("ranks stay bit-identical over many minibatches, empty ones and target
 }
 
 TEST_CASE("a stop request on one rank stops every rank after the same minibatch", "[ranks]") {
-  const PpoConfig config = Config(/*num_minibatches=*/8, /*epochs=*/4);
+  const std::string path = GENERATE(as<std::string>{}, "off", "on");
+  INFO("ppo.fused_update=" << path);
+  const PpoConfig config = Config(/*num_minibatches=*/8, /*epochs=*/4, path);
   ActorCritic acting = MakePolicy(5);
   torch::manual_seed(12);
   const Rollout r0 = testing::ActedRollout(acting, torch::randn({16 * 8, kObsDim}), {}, 16, 8);
@@ -378,9 +435,10 @@ TEST_CASE("a stop request on one rank stops every rank after the same minibatch"
   std::atomic<bool> stop{true};
   std::vector<PpoStats> stats(2);
   RunRanks(2, 60, [&](int r, std::shared_ptr<RankGroup> group) {
-    ranks[r]->SetReducer(std::make_shared<GradientReducer>(group, 1));
+    ranks[r]->SetReducer(std::make_shared<RankReducer>(group, 1));
     stats[r] = ranks[r]->Update(r == 0 ? r0 : r1, 0.0, r == 1 ? &stop : nullptr);
   });
+  CHECK(ranks[0]->last_update_path() == std::string(path == "on" ? "fused" : "libtorch"));
   CHECK(stats[0].cancelled);
   CHECK(stats[1].cancelled);
   CHECK(stats[0].epochs == 1);
@@ -421,7 +479,7 @@ TEST_CASE("diverged parameters and a rank that stops calling are errors that nam
     std::vector<std::string> errors(2);
     std::vector<ActorCritic> nets{MakePolicy(8), MakePolicy(8)};  // the global generator: not in the threads
     RunRanks(2, 30, [&](int r, std::shared_ptr<RankGroup> group) {
-      GradientReducer reducer(group, 1);
+      RankReducer reducer(group, 1);
       std::vector<torch::Tensor> params = nets[r]->parameters();
       reducer.CheckParameters(params, 1);  // the same
       if (r == 1) {
@@ -440,7 +498,7 @@ TEST_CASE("diverged parameters and a rank that stops calling are errors that nam
     std::string error;
     double waited = 0;
     RunRanks(2, 2.0, [&](int r, std::shared_ptr<RankGroup> group) {
-      GradientReducer reducer(group);
+      RankReducer reducer(group);
       reducer.Sum({1.0});
       if (r == 1) {
         // Rank 1 waits without calling (hung), then leaves.

@@ -1,6 +1,8 @@
 #include "learner/train/gradient_reducer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <utility>
 
 #include "common/tensorboard.h"  // Crc32c
@@ -26,25 +28,31 @@ void BroadcastInPlace(RankGroup& group, torch::Tensor t) {
 
 }  // namespace
 
-GradientReducer::GradientReducer(std::shared_ptr<RankGroup> group, int check_every)
+RankReducer::RankReducer(std::shared_ptr<RankGroup> group, int check_every)
     : group_(std::move(group)), check_every_(check_every) {
-  if (!group_) throw std::invalid_argument("GradientReducer: no rank group");
-  if (check_every_ < 0) throw std::invalid_argument("GradientReducer: check_every must be >= 0");
+  if (!group_) throw std::invalid_argument("RankReducer: no rank group");
+  if (check_every_ < 0) throw std::invalid_argument("RankReducer: check_every must be >= 0");
 }
 
-void GradientReducer::AfterUpdate(const std::vector<torch::Tensor>& params, int64_t update) {
+void RankReducer::Synchronise(torch::nn::Module& module, torch::optim::Adam& optimizer,
+                              const std::vector<torch::Tensor>& params) {
+  BroadcastModule(module);
+  BroadcastAdam(optimizer, params);
+}
+
+void RankReducer::AfterUpdate(const std::vector<torch::Tensor>& params, int64_t update) {
   if (check_every_ > 0 && update % check_every_ == 0) CheckParameters(params, update);
 }
 
-void GradientReducer::Count(int64_t bytes, double seconds) {
+void RankReducer::Count(int64_t bytes, double seconds) {
   ++traffic_.calls;
   traffic_.bytes += bytes;
   traffic_.seconds += seconds;
 }
 
-ReducerTraffic GradientReducer::TakeTraffic() { return std::exchange(traffic_, ReducerTraffic{}); }
+ReducerTraffic RankReducer::TakeTraffic() { return std::exchange(traffic_, ReducerTraffic{}); }
 
-void GradientReducer::BroadcastModule(torch::nn::Module& module) {
+void RankReducer::BroadcastModule(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   int64_t bytes = 0;
@@ -59,7 +67,7 @@ void GradientReducer::BroadcastModule(torch::nn::Module& module) {
   Count(bytes, SecondsSince(start));
 }
 
-void GradientReducer::BroadcastAdam(torch::optim::Adam& optimizer, const std::vector<torch::Tensor>& params) {
+void RankReducer::BroadcastAdam(torch::optim::Adam& optimizer, const std::vector<torch::Tensor>& params) {
   torch::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(params.size());
@@ -95,11 +103,11 @@ void GradientReducer::BroadcastAdam(torch::optim::Adam& optimizer, const std::ve
   Count(bytes, SecondsSince(start));
 }
 
-GradientReducer::Reduced GradientReducer::ReduceGradients(const std::vector<torch::Tensor>& params, int64_t samples,
+GradientReducer::Reduced RankReducer::ReduceGradients(const std::vector<torch::Tensor>& params, int64_t samples,
                                                          bool flag) {
   torch::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
-  if (params.empty()) throw std::invalid_argument("GradientReducer::ReduceGradients: no parameters");
+  if (params.empty()) throw std::invalid_argument("RankReducer::ReduceGradients: no parameters");
   int64_t total = 2;  // the samples and the flag ride at the end
   for (const auto& p : params) total += p.numel();
   const auto options = params.front().options().requires_grad(false);
@@ -119,10 +127,7 @@ GradientReducer::Reduced GradientReducer::ReduceGradients(const std::vector<torc
   }
   buffer_.slice(0, at, at + 2).copy_(torch::tensor({weight, flag ? 1.0 : 0.0}, torch::kFloat64).to(options));
   group_->AllReduceSum(buffer_);
-  const torch::Tensor tail = buffer_.slice(0, at, at + 2).to(torch::kCPU, torch::kFloat64);
-  Reduced out;
-  out.samples = tail[0].item<double>();
-  out.any_flag = tail[1].item<double>() > 0;
+  const Reduced out = Tail(at);
   const double scale = out.samples > 0 ? 1.0 / out.samples : 0.0;
   at = 0;
   for (const auto& p : params) {
@@ -135,7 +140,44 @@ GradientReducer::Reduced GradientReducer::ReduceGradients(const std::vector<torc
   return out;
 }
 
-std::vector<double> GradientReducer::Sum(const std::vector<double>& values) {
+GradientReducer::Reduced RankReducer::Tail(int64_t at) {
+  const torch::Tensor tail = buffer_.slice(0, at, at + 2).to(torch::kCPU, torch::kFloat64);
+  Reduced out;
+  out.samples = tail[0].item<double>();
+  out.any_flag = tail[1].item<double>() > 0;
+  return out;
+}
+
+GradientReducer::Reduced RankReducer::ReduceFlat(float* grads, int64_t n, int64_t samples, bool flag) {
+  const auto start = std::chrono::steady_clock::now();
+  if (n <= 0) throw std::invalid_argument("RankReducer::ReduceFlat: no gradients");
+  const int64_t total = n + 2;  // the samples and the flag ride at the end
+  if (!buffer_.defined() || buffer_.numel() != total || !buffer_.device().is_cpu() ||
+      buffer_.scalar_type() != torch::kFloat32)
+    buffer_ = torch::empty({total}, torch::kFloat32);
+  float* b = buffer_.data_ptr<float>();
+  const auto weight = static_cast<float>(samples);
+  if (samples > 0) {
+    for (int64_t i = 0; i < n; ++i) b[i] = grads[i] * weight;
+  } else {
+    std::fill(b, b + n, 0.0f);
+  }
+  b[n] = weight;
+  b[n + 1] = flag ? 1.0f : 0.0f;
+  group_->AllReduceSum(buffer_);
+  const Reduced out = Tail(n);
+  const float scale = out.samples > 0 ? static_cast<float>(1.0 / out.samples) : 0.0f;
+  for (int64_t i = 0; i < n; ++i) grads[i] = b[i] * scale;
+  Count(total * 4, SecondsSince(start));
+  return out;
+}
+
+double RankReducer::WeightedMean(double value, double weight) {
+  const std::vector<double> s = Sum({value * weight, weight});
+  return s[1] > 0 ? s[0] / s[1] : 0.0;
+}
+
+std::vector<double> RankReducer::Sum(const std::vector<double>& values) {
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor t = torch::tensor(values, torch::kFloat64);
   group_->AllReduceSum(t);
@@ -143,14 +185,14 @@ std::vector<double> GradientReducer::Sum(const std::vector<double>& values) {
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
-int64_t GradientReducer::Checksum(const std::vector<torch::Tensor>& params) {
+int64_t RankReducer::Checksum(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> flat;
   for (const auto& p : params) flat.push_back(p.detach().to(torch::kCPU).reshape({-1}));
   const torch::Tensor all = torch::cat(flat).contiguous();
   return Crc32c(all.data_ptr(), static_cast<std::size_t>(all.numel()) * all.element_size());
 }
 
-void GradientReducer::CheckParameters(const std::vector<torch::Tensor>& params, int64_t update) {
+void RankReducer::CheckParameters(const std::vector<torch::Tensor>& params, int64_t update) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t mine = Checksum(params);
   last_checksum_ = mine;

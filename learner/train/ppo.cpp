@@ -11,6 +11,7 @@
 #include "learner/train/ppo_graph.h"
 #include "learner/train/value_norm.h"
 #include "learner/train/vtrace.h"
+#include "common/update_paths.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -28,14 +29,6 @@ constexpr double kAdamEps = 1e-5;
 
 // Minibatch statistics accumulated as one tensor (one op per minibatch, one host sync per update).
 enum StatIndex : int64_t { kPolicyLoss, kValueLoss, kEntropy, kApproxKl, kOldApproxKl, kClipFraction, kNumStats };
-
-void CheckShape(const torch::Tensor& t, torch::IntArrayRef expected, const char* what) {
-  if (!t.defined()) throw std::invalid_argument(std::string(what) + " is undefined");
-  if (t.sizes() != expected) {
-    throw std::invalid_argument(std::string(what) + " has shape " + c10::str(t.sizes()) + ", expected " +
-                                c10::str(expected));
-  }
-}
 
 // The loss statistics from their per-minibatch means (float64 [kNumStats], any device): one host sync.
 void SetMeans(const torch::Tensor& means, PpoStats* stats) {
@@ -80,166 +73,6 @@ torch::Tensor UnitsWithinLag(const Rollout& rollout, int64_t k, bool recurrent, 
 
 }  // namespace
 
-Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& dones,
-                      const torch::Tensor& last_value, double gamma, double lambda) {
-  if (!rewards.defined() || rewards.dim() != 2) throw std::invalid_argument("ComputeGae: rewards must be [T, N]");
-  const int64_t steps = rewards.size(0);
-  const int64_t envs = rewards.size(1);
-  CheckShape(values, rewards.sizes(), "ComputeGae: values");
-  CheckShape(dones, rewards.sizes(), "ComputeGae: dones");
-  CheckShape(last_value, {envs}, "ComputeGae: last_value");
-
-  // The recursion is sequential in T and tiny per step, so a scalar loop on the host beats T rounds of
-  // [N]-sized tensor ops; float arithmetic, as the reference does it in float32 tensors.
-  torch::NoGradGuard no_grad;
-  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).contiguous(); };
-  const torch::Tensor r = host(rewards), v = host(values), d = host(dones), last = host(last_value);
-  torch::Tensor adv = torch::empty({steps, envs}, torch::kFloat32);
-  const float* rp = r.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
-  const float* dp = d.data_ptr<float>();
-  const float* lp = last.data_ptr<float>();
-  float* ap = adv.data_ptr<float>();
-  const auto g = static_cast<float>(gamma);
-  const auto gl = static_cast<float>(gamma * lambda);
-  for (int64_t n = 0; n < envs; ++n) {
-    float next_value = lp[n];
-    float next_adv = 0;
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      const int64_t i = t * envs + n;
-      const float not_done = 1.0f - dp[i];
-      const float delta = rp[i] + g * next_value * not_done - vp[i];
-      next_adv = delta + gl * not_done * next_adv;
-      ap[i] = next_adv;
-      next_value = vp[i];
-    }
-  }
-  Advantages out;
-  out.advantages = adv.to(rewards.device());
-  out.returns = out.advantages + values.detach().to(torch::kFloat32);
-  return out;
-}
-
-std::vector<std::pair<std::string, double>> PpoStats::Items() const {
-  std::vector<std::pair<std::string, double>> items{
-      {"policy_loss", policy_loss},
-      {"value_loss", value_loss},
-      {"entropy", entropy},
-      {"approx_kl", approx_kl},
-      {"old_approx_kl", old_approx_kl},
-      {"clip_fraction", clip_fraction},
-      {"explained_variance", explained_variance},
-      {"value_std", value_std},
-      {"return_std", return_std},
-      {"learning_rate", learning_rate},
-      {"grad_norm", grad_norm},
-      {"loss_scale", loss_scale},
-      {"skipped_steps", static_cast<double>(skipped_steps)},
-      {"epochs", static_cast<double>(epochs)},
-      {"samples", static_cast<double>(samples)},
-      {"lag_dropped", static_cast<double>(lag_dropped)},
-      {"masked_rows", static_cast<double>(masked_rows)},
-  };
-  if (value_norm) {
-    items.push_back({"value_norm_mean", value_norm_mean});
-    items.push_back({"value_norm_std", value_norm_std});
-  }
-  if (critic_saturation) items.push_back({"critic_saturation", *critic_saturation});
-  if (vtrace) {
-    items.push_back({"vtrace_ratio", vtrace_ratio});
-    items.push_back({"vtrace_rho_clipped", vtrace_rho_clipped});
-    items.push_back({"vtrace_c_clipped", vtrace_c_clipped});
-  }
-  return items;
-}
-
-PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
-                       const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config,
-                       const torch::Tensor& mask) {
-  // Every input is [B]: a stray [B, 1] would broadcast to [B, B] and silently train on nonsense.
-  if (!eval.logp.defined() || eval.logp.dim() != 1) throw std::invalid_argument("ComputePpoLoss: logp must be [B]");
-  const auto batch = eval.logp.sizes();
-  CheckShape(eval.entropy, batch, "ComputePpoLoss: entropy");
-  CheckShape(eval.value, batch, "ComputePpoLoss: value");
-  CheckShape(old_logp, batch, "ComputePpoLoss: old_logp");
-  CheckShape(old_values, batch, "ComputePpoLoss: old_values");
-  CheckShape(advantages, batch, "ComputePpoLoss: advantages");
-  CheckShape(returns, batch, "ComputePpoLoss: returns");
-  if (mask.defined()) CheckShape(mask, batch, "ComputePpoLoss: mask");
-
-  // Means over the rows that count: all of them, or the mask's (MAPPO's active masks: sum(x * m) / sum(m)). Without
-  // a host read, so that a CUDA graph could record it; a minibatch with no row counting has every term 0.
-  const torch::Tensor count = mask.defined() ? mask.sum().clamp_min(1) : torch::Tensor();
-  const auto mean = [&](const torch::Tensor& x) { return mask.defined() ? (x * mask).sum() / count : x.mean(); };
-  // The rows left out enter every term as neutral inputs (ratio 1, advantage 0, the value its old one), chosen by
-  // `where` so that no gradient reaches their own: a left-out row's inf would otherwise make 0 * inf a NaN.
-  const torch::Tensor counts = mask.defined() ? mask > 0 : torch::Tensor();
-  const auto pick = [&](const torch::Tensor& x, const torch::Tensor& otherwise) {
-    return mask.defined() ? torch::where(counts, x, otherwise) : x;
-  };
-
-  const double clip = config.clip_coef;
-  PpoLoss loss;
-  const torch::Tensor log_ratio = pick(eval.logp - old_logp, torch::zeros_like(old_logp));
-  const torch::Tensor ratio = log_ratio.exp();
-  {
-    torch::NoGradGuard no_grad;
-    loss.old_approx_kl = mean(-log_ratio);
-    loss.approx_kl = mean((ratio - 1) - log_ratio);
-    loss.clip_fraction = mean(((ratio - 1).abs() > clip).to(torch::kFloat32));
-  }
-
-  torch::Tensor adv = pick(advantages, torch::zeros_like(advantages));
-  if (config.norm_adv && !mask.defined()) {
-    // The unbiased std of one sample is NaN; a one-sample minibatch is only centred.
-    adv = adv.numel() > 1 ? (adv - adv.mean()) / (adv.std() + kAdvantageEps) : adv - adv.mean();
-  } else if (config.norm_adv) {
-    // The same over the rows that count (one row: centred, so 0, as above).
-    const torch::Tensor centred = adv - mean(adv);
-    const torch::Tensor var = (centred.square() * mask).sum() / (mask.sum() - 1).clamp_min(1);
-    adv = centred / (var.sqrt() + kAdvantageEps);
-  }
-  const torch::Tensor pg_unclipped = -adv * ratio;
-  const torch::Tensor pg_clipped = -adv * torch::clamp(ratio, 1 - clip, 1 + clip);
-  loss.policy_loss = mean(torch::max(pg_unclipped, pg_clipped));
-
-  const torch::Tensor value = pick(eval.value, old_values);
-  const torch::Tensor v_unclipped = (value - returns).square();
-  if (config.clip_vloss) {
-    const torch::Tensor v_clipped = old_values + torch::clamp(value - old_values, -clip, clip);
-    loss.value_loss = 0.5 * mean(torch::max(v_unclipped, (v_clipped - returns).square()));
-  } else {
-    loss.value_loss = 0.5 * mean(v_unclipped);
-  }
-  loss.entropy = mean(pick(eval.entropy, torch::zeros_like(eval.entropy)));
-  loss.total = loss.policy_loss - config.ent_coef * loss.entropy + config.vf_coef * loss.value_loss;
-  return loss;
-}
-
-Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma, bool bootstrap) {
-  if (!rollout.active.defined()) return rollout;
-  CheckShape(rollout.active, rollout.rewards.sizes(), "BootstrapFinishedAgents: active");
-  torch::NoGradGuard no_grad;
-  const int64_t steps = rollout.rewards.size(0);
-  Rollout r = rollout;
-  if (steps < 2) return r;
-  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).contiguous(); };
-  const torch::Tensor active = host(rollout.active);
-  // Acted at t, not at t + 1, and the episode went on: the agent's last step.
-  const torch::Tensor done = host(rollout.dones);
-  const torch::Tensor last = active.narrow(0, 0, steps - 1) * (1 - active.narrow(0, 1, steps - 1)) *
-                             (1 - done.narrow(0, 0, steps - 1));
-  if (!last.any().item<bool>()) return r;
-  torch::Tensor rewards = host(rollout.rewards).clone();
-  torch::Tensor dones = done.clone();
-  if (bootstrap)
-    rewards.narrow(0, 0, steps - 1).add_(last * static_cast<float>(gamma) * host(rollout.values).narrow(0, 1, steps - 1));
-  dones.narrow(0, 0, steps - 1).add_(last);
-  r.rewards = rewards.to(rollout.rewards.device());
-  r.dones = dones.to(rollout.dones.device());
-  return r;
-}
-
 namespace {
 
 torch::Device PolicyDevice(const ActorCritic& policy) {
@@ -264,7 +97,8 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
       optimizer_(std::make_unique<torch::optim::Adam>(policy_->parameters(),
                                                       torch::optim::AdamOptions(config.lr).eps(kAdamEps))),
       scaler_(ScalerOptions(precision)),
-      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)),
+      reducer_(std::make_shared<OneRankReducer>()) {
   if (auto s = CheckPrecision(precision_, device_); !s.ok()) throw std::invalid_argument("PpoTrainer: " + s.message());
   const std::string& mode = config_.fused_update;
   if (mode != "auto" && mode != "on" && mode != "off")
@@ -278,131 +112,77 @@ PpoTrainer::PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t see
     throw std::invalid_argument("PpoTrainer: ppo.value_norm is " + config_.value_norm +
                                 ", but the policy was built without value normalisation (PolicyOptions::value_norm)");
   }
-  if (mode != "off") {
-    // The fused update knows only the tanh MLPs on the observation (CheckFusedUpdate says what else it refuses).
-    Status s = value_norm_ ? Status::InvalidArgument("the fused update has no value normalisation (ppo.value_norm is " +
-                                                     config_.value_norm + ")")
-               : policy_->has_core()
-                   ? Status::InvalidArgument(std::string("the fused update has no recurrent core (ppo.core is ") +
-                                             CoreName(policy_->options().core) + ")")
-               : policy_->has_global_state()
-                   ? Status::InvalidArgument(
-                         "the fused update has no centralised critic (the policy has a global state)")
-                   : CheckFusedUpdate(*policy_, precision_);
-    if (s.ok()) {
-      fused_ = std::make_unique<FusedPpoUpdate>(policy_, config_);
-    } else if (mode == "on") {
-      throw std::invalid_argument("PpoTrainer: ppo.fused_update is on, but " + s.message() +
-                                  " (set ppo.fused_update to auto to fall back to the LibTorch update)");
-    }
-  }
   const std::string& graph = config_.graph_update;
   if (graph != "auto" && graph != "on" && graph != "off")
     throw std::invalid_argument("PpoTrainer: ppo.graph_update must be auto, on or off, got '" + graph + "'");
-  if (!fused_ && graph != "off") {
-    Status s = GraphedPpoStep::Check(precision_, *optimizer_);
-    if (s.ok() && policy_->has_core())
-      s = Status::InvalidArgument(std::string("the graphed step has no recurrent core (ppo.core is ") +
-                                  CoreName(policy_->options().core) + ")");
-    if (s.ok() && policy_->options().has_encoder_script())
-      s = Status::InvalidArgument("the graphed step does not capture a TorchScript encoder (ppo.actor_encoder_script "
-                                  "or ppo.critic_encoder_script is set)");
-    if (graph == "auto" && device_.is_cuda() && !s.ok())
-      spdlog::info("ppo.graph_update=auto: the LibTorch update, since {}", s.message());
-    if (graph == "on" && !s.ok())
-      throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but " + s.message() +
-                                  " (set ppo.graph_update to auto or off)");
-    use_graph_ = s.ok() && (graph == "on" || device_.is_cuda());
+  needs_ = PolicyNeeds();
+  ChoosePaths();
+}
+
+UpdateNeeds PpoTrainer::PolicyNeeds() const {
+  UpdateNeeds n;
+  const PolicyOptions& o = policy_->options();
+  if (policy_->has_core()) n.Ask(UpdateNeed::kCore, std::string("ppo.core=") + CoreName(o.core));
+  if (policy_->has_global_state()) n.Ask(UpdateNeed::kCentralisedCritic, "a critic on the env's global state");
+  if (value_norm_) n.Ask(UpdateNeed::kValueNorm, "ppo.value_norm=" + config_.value_norm);
+  if (o.sde) n.Ask(UpdateNeed::kSde, "ppo.sde");
+  if (o.has_encoder_script()) n.Ask(UpdateNeed::kEncoderScript, "ppo.actor_encoder_script or ppo.critic_encoder_script");
+  if (policy_->encoder() != Encoder::kMlp) n.Ask(UpdateNeed::kEncoder, EncoderName(policy_->encoder()));
+  if (o.layout.activation != Activation::kTanh)
+    n.Ask(UpdateNeed::kActivation, std::string("ppo.activation is ") + ActivationName(o.layout.activation));
+  if (o.layout.layer_norm) n.Ask(UpdateNeed::kLayerNorm, "ppo.layer_norm is true");
+  if (precision_ == Precision::kBf16) n.Ask(UpdateNeed::kBf16, "learner.precision=bf16");
+  if (precision_ == Precision::kFp16) n.Ask(UpdateNeed::kFp16, "learner.precision=fp16");
+  if (device_.is_cuda()) n.Ask(UpdateNeed::kCuda, "learner.device=" + device_.str());
+  return n;
+}
+
+void PpoTrainer::ChoosePaths() {
+  // The fused update: the table (common/update_paths.h), then its own check of the policy's layout.
+  const std::string& mode = config_.fused_update;
+  Status fused = mode == "off" ? Status::InvalidArgument("ppo.fused_update is off") : CheckUpdatePath(UpdatePath::kFused, needs_);
+  if (fused.ok()) fused = CheckFusedUpdate(*policy_);
+  if (!fused.ok() && mode == "on")
+    throw std::invalid_argument("PpoTrainer: " + fused.message() +
+                                " (ppo.fused_update is on: set it to auto to fall back to the LibTorch update)");
+  if (!fused.ok()) {
+    if (fused_ && mode == "auto") spdlog::info("ppo.fused_update=auto: the LibTorch update, since {}", fused.message());
+    fused_.reset();
+  } else if (!fused_) {
+    fused_ = std::make_unique<FusedPpoUpdate>(policy_, config_);
   }
+  // The graphed step, for the LibTorch path: the table, then Adam's options.
+  const std::string& graph = config_.graph_update;
+  use_graph_ = false;
+  if (fused_ || graph == "off") {
+    graphed_.reset();
+    return;
+  }
+  Status s = CheckUpdatePath(UpdatePath::kGraphed, needs_);
+  if (s.ok()) s = GraphedPpoStep::Check(*optimizer_);
+  if (graph == "auto" && device_.is_cuda() && !s.ok())
+    spdlog::info("ppo.graph_update=auto: the LibTorch update, since {}", s.message());
+  if (graph == "on" && !s.ok())
+    throw std::invalid_argument("PpoTrainer: " + s.message() + " (ppo.graph_update is on: set it to auto or off)");
+  use_graph_ = s.ok() && (graph == "on" || device_.is_cuda());
+  if (!use_graph_) graphed_.reset();
 }
 
 int PpoTrainer::graph_captures() const { return graphed_ ? graphed_->captures() : 0; }
 
 void PpoTrainer::SetReducer(std::shared_ptr<GradientReducer> reducer) {
-  if (fused_) {
-    if (config_.fused_update == "on")
-      throw std::invalid_argument("PpoTrainer: ppo.fused_update is on, but the fused update does not take ranks "
-                                  "(learner ranks > 1); set ppo.fused_update to auto or off");
-    spdlog::info("ppo.fused_update=auto: the LibTorch update, since the fused update does not take ranks");
-    fused_.reset();
+  if (!reducer) throw std::invalid_argument("PpoTrainer::SetReducer: no reducer");
+  if (reducer->alone()) {
+    needs_.Drop(UpdateNeed::kRanks);
+  } else {
+    needs_.Ask(UpdateNeed::kRanks, std::to_string(reducer->size()) + " learner ranks");
   }
-  if (config_.graph_update == "on")
-    throw std::invalid_argument("PpoTrainer: ppo.graph_update is on, but the graphed step does not take ranks "
-                                "(learner ranks > 1); set ppo.graph_update to auto or off");
-  use_graph_ = false;
-  graphed_.reset();
   reducer_ = std::move(reducer);
   synced_ = false;
+  ChoosePaths();
 }
 
 PpoTrainer::~PpoTrainer() = default;
-
-torch::Tensor UnitRows(const torch::Tensor& unit_idx, int64_t k, const torch::Tensor& arange_k) {
-  return k == 1 ? unit_idx : (unit_idx.unsqueeze(1) * k + arange_k).flatten();
-}
-
-EvalOutput EvaluateUnits(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx,
-                         const torch::Tensor& row_idx, Precision precision) {
-  EvalOutput eval;
-  {
-    AutocastGuard autocast(rows.obs.device(), precision);
-    const torch::Tensor states = rows.states.defined() ? rows.states.index_select(0, unit_idx) : torch::Tensor();
-    eval = policy.Evaluate(rows.obs.index_select(0, row_idx), states, rows.actions.index_select(0, row_idx));
-  }
-  eval.logp = eval.logp.to(torch::kFloat32);
-  eval.value = eval.value.to(torch::kFloat32);
-  eval.entropy = eval.entropy.to(torch::kFloat32);
-  return eval;
-}
-
-PpoLoss MinibatchLoss(ActorCriticImpl& policy, const PpoRows& rows, const torch::Tensor& unit_idx, int64_t k,
-                      const torch::Tensor& arange_k, Precision precision, const PpoConfig& config) {
-  const torch::Tensor idx = UnitRows(unit_idx, k, arange_k);
-  EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, idx, precision);
-  eval.value = policy.NormalizedValue(eval.value);  // ppo.value_norm: the head's scale (unchanged without)
-  return ComputePpoLoss(eval, rows.logp.index_select(0, idx), rows.values.index_select(0, idx),
-                        rows.advantages.index_select(0, idx), rows.returns.index_select(0, idx), config,
-                        rows.active.defined() ? rows.active.index_select(0, idx) : torch::Tensor());
-}
-
-std::pair<torch::Tensor, torch::Tensor> EvaluateRows(ActorCriticImpl& policy, const PpoRows& rows, int64_t k,
-                                                     Precision precision) {
-  torch::NoGradGuard no_grad;
-  const int64_t units = rows.obs.size(0) / k;
-  const int64_t per_slice = std::max<int64_t>(1, 16384 / k);  // about 16k rows at a time
-  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(rows.obs.device());
-  const torch::Tensor arange_k = torch::arange(k, opts);
-  std::vector<torch::Tensor> logps, values;
-  for (int64_t u0 = 0; u0 < units; u0 += per_slice) {
-    const torch::Tensor unit_idx = torch::arange(u0, std::min(units, u0 + per_slice), opts);
-    const EvalOutput eval = EvaluateUnits(policy, rows, unit_idx, UnitRows(unit_idx, k, arange_k), precision);
-    logps.push_back(eval.logp);
-    values.push_back(eval.value);
-  }
-  return {torch::cat(logps), torch::cat(values)};
-}
-
-torch::Tensor LossStats(const PpoLoss& loss) {
-  return torch::stack({loss.policy_loss.detach(), loss.value_loss.detach(), loss.entropy.detach(), loss.approx_kl,
-                       loss.old_approx_kl, loss.clip_fraction})
-      .to(torch::kFloat64);
-}
-
-torch::Tensor ClipGradNormOnDevice(const std::vector<torch::Tensor>& params, double max_norm) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  std::vector<torch::Tensor> norms;
-  for (const auto& p : params) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(p.grad());
-    norms.push_back(p.grad().norm(2).to(torch::kFloat32));
-  }
-  if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
-  const torch::Tensor total = torch::stack(norms).norm(2);
-  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  for (auto& g : grads) g.mul_(coef);
-  return total.to(torch::kFloat64);
-}
 
 // What PlanUpdate decides before any data moves.
 struct PpoTrainer::Plan {
@@ -443,7 +223,7 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
       rollout.actions.size(1) != envs) {
     throw std::invalid_argument("PpoTrainer::Update: actions must be [T, N] or [T, N, A]");
   }
-  CheckShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
+  RequireShape(rollout.logp, rollout.rewards.sizes(), "PpoTrainer::Update: logp");
   // k rows per state: sample whole runs of k rows (units), so that each minibatch's critic sees each state once.
   const int64_t k = plan.k = rollout.states.defined() ? rollout.rows_per_state : 1;
   if (k < 1 || envs % k != 0)
@@ -471,22 +251,20 @@ PpoTrainer::Plan PpoTrainer::PlanUpdate(const Rollout& rollout, double progress,
   stats->samples = plan.units_kept * (batch / plan.units);
   stats->lag_dropped = batch - stats->samples;
   if (rollout.active.defined()) {
-    CheckShape(rollout.active, rollout.rewards.sizes(), "PpoTrainer::Update: active");
+    RequireShape(rollout.active, rollout.rewards.sizes(), "PpoTrainer::Update: active");
     if (config_.active_masks) stats->masked_rows = (rollout.active.detach() == 0).sum().item<int64_t>();
   }
-  if (reducer_) {
-    // Ranks: the share kept over every rank's samples, and the same number of minibatches on every rank (a rank
-    // with fewer units than minibatches takes empty ones: its gradient counts for nothing in them).
-    const int64_t rows_per_unit = batch / plan.units;
-    const std::vector<double> sums = reducer_->Sum(
-        {static_cast<double>(plan.units_kept * rows_per_unit), static_cast<double>(batch)});
-    stats->learning_rate *= sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-    plan.num_minibatches = config_.num_minibatches;
-    return plan;
-  }
-  stats->learning_rate *= static_cast<double>(plan.units_kept) / static_cast<double>(plan.units);
-  // Minibatches of near-equal size (they differ by at most one unit) that cover the whole batch every epoch.
-  plan.num_minibatches = std::min<int64_t>(config_.num_minibatches, plan.units_kept);
+  // The learning rate scaled by the share of samples kept (over every rank's samples). Minibatches of near-equal
+  // size (they differ by at most one unit) that cover the whole batch every epoch; ranks take the same number of
+  // minibatches on every rank (a rank with fewer units than minibatches takes empty ones: its gradient counts for
+  // nothing in them).
+  // (kept rows / rows is exactly kept units / units for one rank: the same real quotient, rounded once.)
+  const int64_t rows_per_unit = batch / plan.units;
+  const std::vector<double> sums =
+      reducer_->Sum({static_cast<double>(plan.units_kept * rows_per_unit), static_cast<double>(batch)});
+  stats->learning_rate *= sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  plan.num_minibatches = reducer_->alone() ? std::min<int64_t>(config_.num_minibatches, plan.units_kept)
+                                           : config_.num_minibatches;
   return plan;
 }
 
@@ -541,13 +319,14 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& acted, const Plan& plan, Pp
     b.fit_returns = b.fit_returns.masked_select(acting);
   }
   if (value_norm_) NormaliseValues(&b, stats);
-  if (reducer_ && config_.norm_adv) NormaliseAcrossRanks(plan, &b);
+  // Ranks normalise the advantages once per update over every rank's rollout (DD-PPO), a learner alone per minibatch.
+  if (!reducer_->alone() && config_.norm_adv) NormaliseAcrossRanks(plan, &b);
   return b;
 }
 
 void PpoTrainer::NormaliseValues(Batch* b, PpoStats* stats) {
   std::vector<double> m = ValueNormalizer::Moments(b->fit_returns);  // the acting rows' returns
-  if (reducer_) m = reducer_->Sum(m);  // every rank's returns: the statistics stay one set
+  m = reducer_->Sum(m);  // every rank's returns: the statistics stay one set
   value_norm_->Update(m[0], m[1], m[2]);
   // Out of place: fit_values and fit_returns keep the returns' scale.
   b->rows.values = policy_->NormalizedValue(b->rows.values);
@@ -592,19 +371,19 @@ void PpoTrainer::NormaliseAcrossRanks(const Plan& plan, Batch* b) {
 
 void PpoTrainer::RunFused(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
   const PpoRows& rows = b.rows;
-  PpoBatch batch_in{rows.obs, rows.actions, rows.logp, rows.values, rows.advantages, rows.returns};
+  PpoBatch batch_in{rows.obs,       rows.actions, rows.logp, rows.values, rows.advantages, rows.returns,
+                    b.advantages_normalised};
   if (plan.kept.defined()) {  // rows (the fused update has k = 1): the kept ones alone
     for (torch::Tensor* t : {&batch_in.obs, &batch_in.actions, &batch_in.logp, &batch_in.values,
                              &batch_in.advantages, &batch_in.returns})
       *t = t->index_select(0, plan.kept);
   }
-  fused_->Run(batch_in, generator_, *optimizer_, stats, cancel);
+  fused_->Run(batch_in, generator_, *optimizer_, *reducer_, stats, cancel);
 }
 
 bool PpoTrainer::RunGraphed(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
-  // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update); it has no
-  // active mask (a rollout with finished agents takes the LibTorch update).
-  if (plan.recurrent || plan.kept.defined() || b.rows.active.defined() || !use_graph_ || plan.units % plan.num_minibatches != 0 ||
+  // The graphed step needs minibatches of one size, and Adam's state (made by a first LibTorch update).
+  if (plan.recurrent || plan.kept.defined() || !use_graph_ || plan.units % plan.num_minibatches != 0 ||
       !GraphedPpoStep::HasOptimizerState(*optimizer_))
     return false;
   if (!graphed_)
@@ -671,7 +450,7 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
                                  : (end - begin) * rows_per_unit;
       // Nothing acts in it: no step (Adam's momentum would still move the parameters), no statistics. Ranks still
       // take their part in the others' step.
-      if (acting == 0 && !reducer_) continue;
+      if (acting == 0 && reducer_->alone()) continue;
       optimizer_->zero_grad();
       PpoLoss loss;
       if (end > begin) {
@@ -681,14 +460,11 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
         // Backward outside the autocast region (as PyTorch recommends); the scaler is the identity unless fp16.
         scaler_.Scale(loss.total).backward();
       }
-      bool stop_requested = cancel && cancel->load(std::memory_order_relaxed);
-      if (reducer_) {
-        // The scaled gradients (every rank's scale is the same): an inf/NaN of one rank reaches all, so every rank
-        // skips the same steps. A stop request of any rank stops every rank after this step.
-        const int64_t samples = acting;
-        stop_requested = reducer_->ReduceGradients(params, samples, stop_requested).any_flag;
-        last_samples = samples;
-      }
+      // Ranks: the scaled gradients (every rank's scale is the same), so an inf/NaN of one rank reaches all and every
+      // rank skips the same steps; a stop request of any rank stops every rank after this step.
+      const bool stop_requested =
+          reducer_->ReduceGradients(params, acting, cancel && cancel->load(std::memory_order_relaxed)).any_flag;
+      last_samples = acting;
       // Unscale before clipping so the clip sees the true gradient norm; an inf/NaN grad skips clip and step.
       if (scaler_.Unscale(params)) {
         if (device.is_cuda()) {
@@ -720,12 +496,8 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
     // so with the policy updated by the rest of the epoch) exceeds the target. Ranks: the KL of the union of
     // their last minibatches, so that all stop together.
     if (config_.target_kl) {
-      double kl = last_approx_kl.defined() ? last_approx_kl.item<double>() : 0.0;
-      if (reducer_) {
-        const std::vector<double> s = reducer_->Sum({kl * static_cast<double>(last_samples),
-                                                     static_cast<double>(last_samples)});
-        kl = s[1] > 0 ? s[0] / s[1] : 0.0;
-      }
+      const double kl = reducer_->WeightedMean(last_approx_kl.defined() ? last_approx_kl.item<double>() : 0.0,
+                                               static_cast<double>(last_samples));
       if (kl > *config_.target_kl) break;
     }
   }
@@ -744,32 +516,34 @@ torch::Tensor PpoTrainer::Permutation(int64_t units, const torch::Device& device
 
 PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::atomic<bool>* cancel) {
   PpoStats stats;
-  if (reducer_ && !synced_) {
+  if (!synced_) {
     // Rank 0's parameters and Adam state on every rank, before the first update that uses the reducer.
-    reducer_->BroadcastModule(*policy_);
-    reducer_->BroadcastAdam(*optimizer_, policy_->parameters());
+    reducer_->Synchronise(*policy_, *optimizer_, policy_->parameters());
     synced_ = true;
   }
   const Plan plan = PlanUpdate(rollout, progress, &stats);
   // Every sample too old: nothing to train on (a rank still takes its part in the other ranks' steps).
-  if (plan.units_kept == 0 && !reducer_) return stats;
+  if (plan.units_kept == 0 && reducer_->alone()) return stats;
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
   }
   const Batch batch = Prepare(rollout, plan, &stats);
-  if (fused_ && !batch.rows.active.defined()) {  // never with states (see the constructor); no active mask
+  // A rollout with finished agents asks for active masks, which not every path takes (common/update_paths.h).
+  const bool masked = batch.rows.active.defined();
+  if (fused_ && (!masked || Takes(UpdatePath::kFused, UpdateNeed::kActiveMasks))) {
     RunFused(batch, plan, &stats, cancel);
-    last_path_ = "fused";
-  } else if (RunGraphed(batch, plan, &stats, cancel)) {
-    last_path_ = "graphed";
+    last_path_ = UpdatePathId(UpdatePath::kFused);
+  } else if ((!masked || Takes(UpdatePath::kGraphed, UpdateNeed::kActiveMasks)) &&
+             RunGraphed(batch, plan, &stats, cancel)) {
+    last_path_ = UpdatePathId(UpdatePath::kGraphed);
   } else {
     RunMinibatches(batch, plan, &stats, cancel);
-    last_path_ = "libtorch";
+    last_path_ = UpdatePathId(UpdatePath::kLibtorch);
   }
   stats.loss_scale = scaler_.scale();
   SetValueFit(batch.fit_values, batch.fit_returns, &stats);
   ++updates_;
-  if (reducer_) reducer_->AfterUpdate(policy_->parameters(), updates_);
+  reducer_->AfterUpdate(policy_->parameters(), updates_);
   return stats;
 }
 

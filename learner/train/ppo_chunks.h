@@ -14,7 +14,8 @@
 #include "common/config.h"
 #include "learner/model/amp.h"
 #include "learner/model/policy.h"
-#include "learner/train/ppo.h"
+#include "learner/train/ppo_loss.h"
+#include "learner/train/rollout.h"
 
 namespace farm {
 

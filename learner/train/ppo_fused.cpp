@@ -95,25 +95,9 @@ void Transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 
 }  // namespace
 
-Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
-  if (precision != Precision::kFp32)
-    return Status::InvalidArgument(std::string("the fused update is fp32 only (precision is ") +
-                                   PrecisionName(precision) + ")");
-  if (policy.has_global_state())
-    return Status::InvalidArgument("the fused update has no centralised critic (the policy has a global state)");
-  if (policy.options().sde)
-    return Status::InvalidArgument("the fused update has no state-dependent exploration (ppo.sde)");
-  if (policy.encoder() != Encoder::kMlp)
-    return Status::InvalidArgument(std::string("the fused update has no ") + EncoderName(policy.encoder()) +
-                                   " encoder (ppo.encoder is " + EncoderName(policy.encoder()) + ")");
-  if (policy.options().layout.activation != Activation::kTanh)
-    return Status::InvalidArgument(std::string("the fused update has only tanh (ppo.activation is ") +
-                                   ActivationName(policy.options().layout.activation) + ")");
-  if (policy.options().layout.layer_norm)
-    return Status::InvalidArgument("the fused update has no layer norm (ppo.layer_norm is true)");
-  if (policy.options().has_encoder_script())
-    return Status::InvalidArgument("the fused update cannot run a TorchScript encoder (ppo.actor_encoder_script or "
-                                   "ppo.critic_encoder_script is set)");
+Status CheckFusedUpdate(ActorCriticImpl& policy) {
+  // What the fused update takes (no core, no centralised critic, fp32 on the CPU, ...) is the update paths' table's
+  // (common/update_paths.h), which PpoTrainer reads first; this checks the policy is laid out as the code expects.
   for (const auto& item : policy.named_parameters()) {
     if (!IsCpuFloatContiguous(item.value()))
       return Status::InvalidArgument("the fused update needs contiguous float32 CPU parameters; " + item.key() +
@@ -140,7 +124,7 @@ Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision) {
 
 FusedPpoUpdate::FusedPpoUpdate(ActorCritic policy, const PpoConfig& config)
     : policy_(std::move(policy)), config_(config) {
-  if (auto s = CheckFusedUpdate(*policy_, Precision::kFp32); !s.ok())
+  if (auto s = CheckFusedUpdate(*policy_); !s.ok())
     throw std::invalid_argument("FusedPpoUpdate: " + s.message());
   discrete_ = policy_->action_space().is_categorical();
   segments_ = policy_->action_space().categories();
@@ -470,18 +454,21 @@ void FusedPpoUpdate::AdamStep() {
 }
 
 void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, torch::optim::Adam& optimizer,
-                         PpoStats* stats, const std::atomic<bool>* cancel) {
+                         GradientReducer& reducer, PpoStats* stats, const std::atomic<bool>* cancel) {
   const int64_t batch = input.logp.defined() ? input.logp.numel() : 0;
-  if (batch == 0) throw std::invalid_argument("FusedPpoUpdate: empty batch");
+  // A rank may have nothing to train on (every sample too old) and still takes its part in the others' steps.
+  if (batch == 0 && reducer.alone()) throw std::invalid_argument("FusedPpoUpdate: empty batch");
   Bind(optimizer);
 
   c10::InferenceMode inference;
   // The flat inputs as the loops read them (no copies in the common case: already float32 and contiguous).
   PpoBatch b;
-  b.obs = input.obs.reshape({batch, -1}).to(torch::kFloat32).contiguous();
-  if (b.obs.size(1) != obs_dim_)
-    throw std::invalid_argument("FusedPpoUpdate: observations have " + std::to_string(b.obs.size(1)) +
+  if (!input.obs.defined() || input.obs.numel() != batch * obs_dim_)
+    throw std::invalid_argument("FusedPpoUpdate: observations have " +
+                                (batch > 0 && input.obs.defined() ? std::to_string(input.obs.numel() / batch)
+                                                                  : std::string("no")) +
                                 " values per row, the policy takes " + std::to_string(obs_dim_));
+  b.obs = input.obs.reshape({batch, obs_dim_}).to(torch::kFloat32).contiguous();
   if (discrete_) {
     const auto k = static_cast<int64_t>(segments_.size());
     b.actions = input.actions.reshape({batch, k}).to(torch::kLong).contiguous();
@@ -502,66 +489,89 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
   b.values = flat(input.values, "values");
   b.advantages = flat(input.advantages, "advantages");
   b.returns = flat(input.returns, "returns");
+  const bool normalise = config_.norm_adv && !input.advantages_normalised;
 
-  const int64_t num_minibatches = std::min<int64_t>(config_.num_minibatches, batch);
+  // Ranks: the same number of minibatches on every rank (see PpoTrainer's plan).
+  const int64_t num_minibatches =
+      reducer.alone() ? std::min<int64_t>(config_.num_minibatches, batch) : config_.num_minibatches;
+  const auto grad_count = static_cast<int64_t>(grads_.size());
   if (at::get_num_threads() >= 2 && !helper_) helper_ = std::make_unique<Helper>();
   Helper* helper = at::get_num_threads() >= 2 ? helper_.get() : nullptr;
   double sums[6] = {0, 0, 0, 0, 0, 0};
   double grad_norm_sum = 0;
-  int64_t minibatches_run = 0;
+  int64_t minibatches_run = 0;   // optimizer steps
+  int64_t minibatches_loss = 0;  // of them, those with rows of this rank's (every one, alone)
   RefreshTransposedWeights();
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
     // The same draw from the same generator as the LibTorch path, so the minibatches are the same rows.
     const torch::Tensor perm = torch::randperm(batch, generator, torch::kLong);
     const int64_t* order = perm.data_ptr<int64_t>();
     double last_approx_kl = 0;
+    int64_t last_rows = 0;
     for (int64_t mb = 0; mb < num_minibatches; ++mb) {
       const int64_t begin = mb * batch / num_minibatches;
       const int64_t end = (mb + 1) * batch / num_minibatches;
-      Workspace& ws = WorkspaceFor(end - begin);
-      Gather(b, order + begin, ws);
-      NormalizeAdvantages(ws);
-      double mb_stats[6];
-      // The passes write disjoint buffers, gradient slices and stats entries (critic: mb_stats[1]).
-      if (helper != nullptr) {
-        helper->Start(this, &ws, mb_stats);
-        // The helper must be done with ws before anything leaves this scope, an exception included.
-        std::exception_ptr actor_error;
-        try {
-          ActorPass(ws, mb_stats);
-        } catch (...) {
-          actor_error = std::current_exception();
-        }
-        const std::exception_ptr critic_error = helper->Wait();
-        if (actor_error) std::rethrow_exception(actor_error);  // (the critic's, if any, has the same cause)
-        if (critic_error) std::rethrow_exception(critic_error);
+      const int64_t rows = end - begin;
+      double mb_stats[6] = {0, 0, 0, 0, 0, 0};
+      if (rows == 0) {
+        std::fill(grads_.begin(), grads_.end(), 0.0f);  // a rank's empty minibatch: its part is nothing
       } else {
-        CriticPass(ws, mb_stats);
-        ActorPass(ws, mb_stats);
+        Workspace& ws = WorkspaceFor(rows);
+        Gather(b, order + begin, ws);
+        if (normalise) NormalizeAdvantages(ws);
+        // The passes write disjoint buffers, gradient slices and stats entries (critic: mb_stats[1]).
+        if (helper != nullptr) {
+          helper->Start(this, &ws, mb_stats);
+          // The helper must be done with ws before anything leaves this scope, an exception included.
+          std::exception_ptr actor_error;
+          try {
+            ActorPass(ws, mb_stats);
+          } catch (...) {
+            actor_error = std::current_exception();
+          }
+          const std::exception_ptr critic_error = helper->Wait();
+          if (actor_error) std::rethrow_exception(actor_error);  // (the critic's, if any, has the same cause)
+          if (critic_error) std::rethrow_exception(critic_error);
+        } else {
+          CriticPass(ws, mb_stats);
+          ActorPass(ws, mb_stats);
+        }
+        for (int k = 0; k < 6; ++k) sums[k] += mb_stats[k];
+        ++minibatches_loss;
       }
+      // The flat gradient buffer, whole, through the reducer (ranks: one all-reduce; a stop request of any rank
+      // stops every rank after this step).
+      const bool stop =
+          reducer.ReduceFlat(grads_.data(), grad_count, rows, cancel && cancel->load(std::memory_order_relaxed))
+              .any_flag;
       grad_norm_sum += ClipGradients();
       AdamStep();
       RefreshTransposedWeights();
-      for (int k = 0; k < 6; ++k) sums[k] += mb_stats[k];
       last_approx_kl = mb_stats[3];
+      last_rows = rows;
       ++minibatches_run;
-      if (cancel && cancel->load(std::memory_order_relaxed)) {
+      if (stop) {
         stats->cancelled = true;
         break;
       }
     }
     ++stats->epochs;
     if (stats->cancelled) break;
-    if (config_.target_kl && last_approx_kl > *config_.target_kl) break;
+    // Ranks: the KL of the union of their last minibatches, so that all stop together.
+    if (config_.target_kl &&
+        reducer.WeightedMean(last_approx_kl, static_cast<double>(last_rows)) > *config_.target_kl)
+      break;
   }
-  const double n = static_cast<double>(minibatches_run);
-  stats->policy_loss = sums[0] / n;
-  stats->value_loss = sums[1] / n;
-  stats->entropy = sums[2] / n;
-  stats->approx_kl = sums[3] / n;
-  stats->old_approx_kl = sums[4] / n;
-  stats->clip_fraction = sums[5] / n;
-  stats->grad_norm = grad_norm_sum / n;
+  if (minibatches_loss > 0) {
+    const double n = static_cast<double>(minibatches_loss);
+    stats->policy_loss = sums[0] / n;
+    stats->value_loss = sums[1] / n;
+    stats->entropy = sums[2] / n;
+    stats->approx_kl = sums[3] / n;
+    stats->old_approx_kl = sums[4] / n;
+    stats->clip_fraction = sums[5] / n;
+  }
+  stats->grad_norm = minibatches_run > 0 ? grad_norm_sum / static_cast<double>(minibatches_run) : 0.0;
 }
 
 }  // namespace farm

@@ -35,15 +35,17 @@
 #include "common/status.h"
 #include "learner/model/amp.h"
 #include "learner/model/policy.h"
-#include "learner/train/ppo.h"
+#include "learner/train/gradient_reducer.h"
+#include "learner/train/ppo_loss.h"
+#include "learner/train/rollout.h"
 
 namespace farm {
 
-// Whether the fused update can train `policy` at `precision`: parameters float32, contiguous and on the CPU,
-// fp32 precision, the mlp encoder without a global state (the critic reads the observation), and the
-// ActorCritic layout (actor and critic Sequentials of Linear, Tanh, ..., Linear; log_std only for a box
-// action space). The message says what is missing.
-Status CheckFusedUpdate(ActorCriticImpl& policy, Precision precision);
+// Whether `policy` is laid out as the fused update's code expects: the ActorCritic's actor and critic Sequentials of
+// Linear, Tanh, ..., Linear on the observation, log_std only for a box action space, nothing else, and contiguous
+// float32 CPU parameters. The message says what is not. What the fused update takes beyond its layout (no recurrent
+// core, fp32 only, ...) is the update paths' table's (common/update_paths.h), which PpoTrainer reads first.
+Status CheckFusedUpdate(ActorCriticImpl& policy);
 
 // One update's flattened rollout, on the CPU: obs [B, obs...]; actions [B] (discrete), [B, K] (multi-discrete) or [B, A] (box); logp,
 // values, advantages, returns [B]. Run reads them as float32 (int64 discrete actions), contiguous, converting
@@ -55,6 +57,9 @@ struct PpoBatch {
   torch::Tensor values;
   torch::Tensor advantages;
   torch::Tensor returns;
+  // True when the advantages were already normalised over the whole update (ranks: over every rank's rollout);
+  // otherwise each minibatch normalises its own when ppo.norm_adv is set.
+  bool advantages_normalised = false;
 };
 
 class FusedPpoUpdate {
@@ -69,9 +74,13 @@ class FusedPpoUpdate {
   // trainer does it). Fills stats->{policy_loss, value_loss, entropy, approx_kl, old_approx_kl,
   // clip_fraction, grad_norm, epochs}. Throws std::invalid_argument on malformed input or an optimizer that
   // does not hold every parameter; c10::Error on an out-of-range discrete action (as gather would).
-  // `cancel`: as PpoTrainer::Update's (stops after the minibatch step in progress, at least one).
-  void Run(const PpoBatch& batch, torch::Generator& generator, torch::optim::Adam& optimizer, PpoStats* stats,
-           const std::atomic<bool>* cancel = nullptr);
+  // `reducer` takes each minibatch's flat gradient buffer between the backward passes and the clip: a OneRankReducer
+  // leaves it as it is; ranks make it the mean over every rank's minibatch, take ppo.num_minibatches minibatches
+  // whatever their batch (a rank's empty ones contribute nothing but still step), and decide target_kl's stop and a
+  // stop request together. `cancel`: as PpoTrainer::Update's (stops after the minibatch step in progress, at least
+  // one).
+  void Run(const PpoBatch& batch, torch::Generator& generator, torch::optim::Adam& optimizer,
+           GradientReducer& reducer, PpoStats* stats, const std::atomic<bool>* cancel = nullptr);
 
  private:
   struct Layer;

@@ -11,7 +11,6 @@
 
 #include "learner/model/cuda_graph.h"
 #include "learner/train/adam_state.h"
-#include "learner/train/ppo.h"
 
 #ifdef FARM_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -40,9 +39,7 @@ bool SameShape(const torch::Tensor& a, const torch::Tensor& b) {
 
 }  // namespace
 
-Status GraphedPpoStep::Check(Precision precision, torch::optim::Adam& optimizer) {
-  if (precision == Precision::kFp16)
-    return Status::InvalidArgument("the graphed update has no fp16 (its loss scaler decides each step on the host)");
+Status GraphedPpoStep::Check(torch::optim::Adam& optimizer) {
   const auto& first = static_cast<const torch::optim::AdamOptions&>(optimizer.param_groups().front().options());
   for (auto& group : optimizer.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());

@@ -24,7 +24,8 @@
 #include "common/status.h"
 #include "learner/model/amp.h"
 #include "learner/model/policy.h"
-#include "learner/train/ppo.h"
+#include "learner/train/ppo_loss.h"
+#include "learner/train/rollout.h"
 
 namespace farm {
 
@@ -39,9 +40,10 @@ class GraphedPpoStep {
     int64_t steps = 0;
   };
 
-  // Whether the step can run with this precision and optimizer: not fp16 (dynamic loss scaling decides
-  // each step on the host); Adam without weight decay or amsgrad, one set of betas and eps.
-  static Status Check(Precision precision, torch::optim::Adam& optimizer);
+  // Whether the step can run with this optimizer: Adam without weight decay or amsgrad, one set of betas and eps.
+  // What else it takes (no fp16: dynamic loss scaling decides each step on the host; no recurrent core, ...) is the
+  // update paths' table's (common/update_paths.h), which PpoTrainer reads first.
+  static Status Check(torch::optim::Adam& optimizer);
   // Whether Adam's state (moments, and one step count shared by all parameters) exists for every
   // parameter: the first update of a run takes the LibTorch path, which creates it.
   static bool HasOptimizerState(torch::optim::Adam& optimizer);

@@ -85,20 +85,20 @@ std::string TrainerThread::update_path() const {
 
 int64_t TrainerThread::graphed_updates() const { return trainer_->graphed_updates(); }
 
-bool TrainerThread::AgreeWithRanks(GradientReducer& reducer, TrainJob* job, TrainResult* result) {
+bool TrainerThread::AgreeWithRanks(RankGroup& group, TrainJob* job, TrainResult* result) {
   try {
-    const RankAgreement a = Agree(reducer.group(), job->figures);
+    const RankAgreement a = Agree(group, job->figures);
     result->agreed = true;
     result->agreement = a;
     // The normaliser's statistics stay one set for the run: every rank's deltas since the last exchange.
-    result->norm_obs = MergeAcrossRanks(reducer.group(), job->norm_obs, job->norm_obs_dim);
-    result->norm_ret = MergeAcrossRanks(reducer.group(), job->norm_ret, job->norm_ret_dim);
+    result->norm_obs = MergeAcrossRanks(group, job->norm_obs, job->norm_obs_dim);
+    result->norm_ret = MergeAcrossRanks(group, job->norm_ret, job->norm_ret_dim);
     if (a.stop != kRankStopNone) {
       result->agreed_stop = fmt::format("rank {} is stopping ({}); the {} ranks stop together", a.first_stopping_rank,
-                                        RankStopText(a.ranks[a.first_stopping_rank].stop), reducer.size());
+                                        RankStopText(a.ranks[a.first_stopping_rank].stop), group.size());
     } else if (a.env_steps >= static_cast<double>(config_.total_env_steps)) {
       result->agreed_stop = fmt::format("reached total_env_steps ({}) over {} ranks", config_.total_env_steps,
-                                        reducer.size());
+                                        group.size());
     }
     if (job->vote_only || !result->agreed_stop.empty()) {
       result->updated = false;
@@ -127,7 +127,8 @@ void TrainerThread::Loop() {
   while (jobs_.Receive(&job).ok()) {
     auto result = std::make_shared<TrainResult>();
     const auto t0 = std::chrono::steady_clock::now();
-    if (GradientReducer* reducer = trainer_->reducer(); reducer != nullptr && !AgreeWithRanks(*reducer, &job, result.get())) {
+    GradientReducer* reducer = trainer_->reducer();
+    if (RankGroup* group = reducer->group(); group != nullptr && !AgreeWithRanks(*group, &job, result.get())) {
       // A vote, a stop the ranks agreed on, or a failed collective: no update.
       result->version = job.version;
       job = TrainJob{};
@@ -184,10 +185,8 @@ void TrainerThread::Loop() {
       result->stats.policy_loss = std::nan("");
     }
     result->failed = !std::isfinite(result->stats.policy_loss);
-    if (GradientReducer* reducer = trainer_->reducer()) {
-      result->traffic = reducer->TakeTraffic();
-      result->checksum = reducer->last_checksum();
-    }
+    result->traffic = reducer->TakeTraffic();
+    result->checksum = reducer->last_checksum();
     // The rollout's arena goes back to the store's pool now, not when the next job arrives: in sync mode the
     // next rollout is recorded into it.
     result->version = job.version + 1;

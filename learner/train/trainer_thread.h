@@ -77,7 +77,7 @@ class TrainerThread {
   void Loop();
   // Ranks: this job's agreement (learner/train/rank_agreement.h) into `result`. Returns whether the update runs
   // (not for a vote, a stop the ranks agreed on, or a failed collective); sets the job's progress from every rank's.
-  bool AgreeWithRanks(GradientReducer& reducer, TrainJob* job, TrainResult* result);
+  bool AgreeWithRanks(RankGroup& group, TrainJob* job, TrainResult* result);
 
   const FarmConfig config_;
   const torch::Device device_;

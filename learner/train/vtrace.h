@@ -24,7 +24,8 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
-#include "learner/train/ppo.h"
+#include "learner/train/ppo_loss.h"
+#include "learner/train/rollout.h"
 
 namespace farm {
 
