@@ -7,7 +7,7 @@
 //   a recurrent core (ppo.core)            -       -        yes
 //   a centralised critic (global state)    -       yes      yes
 //   value normalisation (ppo.value_norm)   -       yes      yes
-//   finished agents' rows (active masks)   -       -        yes
+//   finished agents' rows (active masks)   yes     -        yes
 //   learner ranks                          yes     -        yes
 //   state-dependent exploration (ppo.sde)  -       yes      yes
 //   a TorchScript encoder                  -       -        yes

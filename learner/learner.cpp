@@ -114,7 +114,7 @@ Learner::~Learner() {
 
 const std::string& Learner::endpoint() const { return impl_->endpoint; }
 const std::string& Learner::run_dir() const { return impl_->run_dir->path(); }
-int Learner::rank() const { return impl_->ranks.group ? impl_->ranks.group->rank() : 0; }
+int Learner::rank() const { return impl_->ranks->rank(); }
 
 void Learner::RequestStop(const std::string& reason) { impl_->RequestStop(reason); }
 
@@ -150,8 +150,7 @@ Status Learner::Create(const FarmConfig& config, std::unique_ptr<Learner>* out) 
   std::unique_ptr<RolloutPreemption> preemption;
   if (auto s = JoinRanks(&resolved, &group, &preemption); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(resolved);
-  impl->ranks.group = group;
-  impl->ranks.preemption = std::move(preemption);
+  impl->ranks = MakeRankCoordinator(group, std::move(preemption));
   Status init = impl->Init();
   if (group && group->rank() == 0) {
     // The other ranks wait for rank 0's run directory (empty: rank 0 could not start, and neither can they).
@@ -326,21 +325,21 @@ void Learner::Impl::FailServing(const std::string& what) {
 void Learner::Impl::CheckStop() {
   if (outcome.stopping) return;
   // Ranks: total_env_steps counts every rank's steps; the ranks check it together before each update.
-  if (!ranks.group && stats.env_steps >= config.total_env_steps) {
+  if (ranks->StopsOnOwnSteps() && stats.env_steps >= config.total_env_steps) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached total_env_steps ({})", config.total_env_steps);
   } else if (config.stop_at_target && stats.solved_at_steps) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached target_return ({})", *config.target_return);
-    ranks.stop_bits = kRankStopTarget;
+    ranks->NoteStop(kRankStopTarget);
   } else if (eval && eval->done()) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("evaluated learner.eval_episodes ({})", eval->episodes());
-    ranks.stop_bits = kRankStopEval;
+    ranks->NoteStop(kRankStopEval);
   } else if (config.max_wall_seconds > 0 && stats.ProcessWall() >= config.max_wall_seconds) {
     outcome.stopping = true;
     outcome.stop_reason = fmt::format("reached max_wall_seconds ({})", config.max_wall_seconds);
-    ranks.stop_bits = kRankStopWall;
+    ranks->NoteStop(kRankStopWall);
   } else if (stop_request.requested.load()) {
     // Seen before the kStop item that RequestStop queued (a busy learner checks after every batch).
     outcome.stopping = true;
@@ -364,20 +363,11 @@ RunStats::Outside Learner::Impl::Outside() const {
 }
 
 void Learner::Impl::ShowProgress(bool force) {
-  if (ranks.group && ranks.group->rank() > 0) return;  // rank 0 shows the run's line; the others log only
+  if (!ranks->writes_checkpoints()) return;  // rank 0 shows the run's line; the others log only
   const auto now = Clock::now();
   if (!force && Seconds(now - reporting.last_progress) < config.learner.progress_interval_s) return;
   std::string line = stats.StatusLine(Outside(), now);
-  if (ranks.group && !ranks.last.ranks.empty()) {
-    // The run's steps over every rank as of their last agreement, and the all-reduce's share of the last update.
-    double allreduce = 0, update = 0;
-    for (const RankFigures& f : ranks.last.ranks) {
-      allreduce += f.allreduce_seconds;
-      update += f.update_seconds;
-    }
-    line += fmt::format(" | {} ranks: {:.0f} steps, all-reduce {:.0f}% of the updates", ranks.last.ranks.size(),
-                        ranks.last.env_steps, update > 0 ? 100.0 * allreduce / update : 0.0);
-  }
+  line += ranks->ProgressSuffix();  // the ranks' figures as of their last agreement (nothing alone)
   // A checkpoint write that is taking long (a slow disk): shown while it lasts; updates and serving go on.
   if (const double behind = trainer ? trainer->checkpoint_write_seconds() : 0; behind >= 1.0)
     line += fmt::format(" | checkpoint write {:.0f} s", behind);
@@ -419,45 +409,10 @@ nlohmann::json Learner::Impl::Summary() const {
   const BlasInfo blas = LoadedBlasInfo();
   s["blas"] = {{"library", blas.library}, {"kernel", blas.kernel}};
   s["start_unix"] = reporting.start_unix;
-  s["world_size"] = ranks.group ? ranks.group->size() : 1;
   // Observations in the normaliser's statistics (env.normalize_obs): with ranks, every rank's as of their last
   // exchange plus this rank's since.
   if (normalizer.options().obs) s["normalizer_observations"] = normalizer.obs_count();
-  if (ranks.group) {
-    // The run's totals and every rank's figures as of the ranks' last agreement (this rank's own are above).
-    s["rank"] = ranks.group->rank();
-    s["dist_backend"] = ranks.group->backend();
-    s["env_steps_all_ranks"] = ranks.last.env_steps;
-    nlohmann::json per = nlohmann::json::array();
-    for (size_t r = 0; r < ranks.last.ranks.size(); ++r) {
-      const RankFigures& f = ranks.last.ranks[r];
-      // Per update of this session: the update's seconds, and the seconds and bytes of its collectives (the
-      // agreement's and the gradients'; the seconds include waiting for slower ranks), and their share.
-      const double n = std::max(1.0, f.updates);
-      per.push_back({{"rank", r},
-                     {"env_steps", f.env_steps},
-                     {"sps", f.env_steps_per_s},
-                     {"workers", f.workers},
-                     {"updates", f.updates},
-                     {"update_seconds_per_update", f.update_seconds / n},
-                     {"allreduce_seconds_per_update", f.allreduce_seconds / n},
-                     {"allreduce_bytes_per_update", f.allreduce_bytes / n},
-                     {"allreduce_share_of_update", f.update_seconds > 0 ? f.allreduce_seconds / f.update_seconds : 0.0},
-                     {"checksum", f.checksum},
-                     // learner.sync_fraction: rollouts this rank ended early, and their mean length.
-                     {"rollouts", f.rollouts},
-                     {"cut_rollouts", f.cut_rollouts},
-                     {"cut_mean_length", f.cut_rollouts > 0 ? f.cut_steps / f.cut_rollouts : 0.0}});
-    }
-    s["ranks"] = per;
-    if (ranks.preemption) {
-      const auto& c = collector.has_store() ? collector.store().copy_stats() : TrajectoryStore::CopyStats{};
-      s["sync_fraction"] = {{"fraction", config.learner.sync_fraction},
-                            {"ranks_needed", ranks.preemption->needed()},
-                            {"cut_rollouts", c.cut_takes},
-                            {"cut_dropped_row_steps", c.cut_dropped_rows}};
-    }
-  }
+  ranks->AddToSummary(collector.has_store() ? &collector.store() : nullptr, config.learner.sync_fraction, &s);
   return s;
 }
 
@@ -538,7 +493,7 @@ Status Learner::Run(nlohmann::json* summary) {
       spdlog::error("no final checkpoint: the last update {}; the newest checkpoint is the last good one",
                     o.update_error.empty() ? "diverged" : "failed (" + o.update_error + ")");
     } else if (m.trainer && o.start_failure.ok() && !m.writes_checkpoints()) {
-      spdlog::info("no final checkpoint from rank {}: rank 0 writes the run's checkpoints", m.ranks.group->rank());
+      spdlog::info("no final checkpoint from rank {}: rank 0 writes the run's checkpoints", m.ranks->rank());
     } else if (m.trainer && o.start_failure.ok()) {
       const TrainingCounters c{m.RunEnvSteps(), m.stats.updates, m.stats.version, m.stats.window.total_episodes(),
                                m.stats.Wall()};

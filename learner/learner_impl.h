@@ -38,6 +38,7 @@
 #include "learner/run/metrics.h"
 #include "learner/run/run_dir.h"
 #include "learner/run/run_normalizer.h"
+#include "learner/rank_coordinator.h"
 #include "learner/run_builder.h"
 #include "learner/run_stats.h"
 #include "learner/serve/acting.h"
@@ -85,23 +86,6 @@ struct Outcome {
   // Ranks: a collective failed (another rank died or hung): the run stops, rank 0 with its final checkpoint, and
   // Run returns this.
   Status rank_failure;
-};
-
-// Ranks (learner/train/rank_group.h): this learner's group and what the ranks last agreed (inference thread; the
-// group itself is the trainer thread's once the run is built).
-struct RankState {
-  std::shared_ptr<RankGroup> group;  // null: a single learner
-  RankAgreement last;                // the last agreement (rank 0 reports every rank's figures from it)
-  bool agreed_stop = false;          // the ranks agreed to stop: no collective follows
-  ReducerTraffic traffic;            // the collectives of this session's jobs, added up
-  int64_t updates = 0;               // this session's updates, and their seconds
-  double update_seconds = 0;
-  int64_t last_checksum = 0;         // this rank's parameter checksum at the last check
-  int stop_bits = kRankStopNone;     // why this rank stops, for its vote (a stop request when none is set)
-  bool stop_from_cancel = false;     // stopping because another rank cut the update short: its reason comes later
-  // learner.sync_fraction (null: off): ends this rank's rollout early once enough ranks have a full one.
-  std::unique_ptr<RolloutPreemption> preemption;
-  int64_t rollouts = 0;              // rollouts handed to the trainer this session: the preemption's index
 };
 
 // The update in flight and how updates run (inference thread).
@@ -174,6 +158,8 @@ struct Learner::Impl {
   void MaybeHandOff();
   // learner.sync_fraction: the length to cut this rank's rollout at now (0: not now).
   int64_t PreemptedLength();
+  // This learner's own figures, for the ranks' agreement.
+  RankLocal Local() const;
   void ReleaseParked();
   void CheckStop();
   void CheckWorkers();
@@ -199,21 +185,14 @@ struct Learner::Impl {
   bool trainer_busy() const { return trainer && trainer->busy(); }
   // Ranks: only rank 0 writes checkpoints; every rank must take part in one last agreement before it leaves
   // (unless the ranks already agreed to stop, or a collective failed).
-  bool writes_checkpoints() const { return !ranks.group || ranks.group->rank() == 0; }
-  bool NeedsFinalVote() const {
-    return ranks.group && trainer && !ranks.agreed_stop && outcome.rank_failure.ok();
-  }
+  bool writes_checkpoints() const { return ranks->writes_checkpoints(); }
+  bool NeedsFinalVote() const { return ranks->NeedsFinalVote(trainer != nullptr, !outcome.rank_failure.ok()); }
   // The run's env steps: with ranks, every rank's as of the last agreement plus this rank's since (checkpoints
-  // count these; a resumed rank starts from its share, RankShare).
-  int64_t RunEnvSteps() const {
-    if (!ranks.group || ranks.last.ranks.empty()) return stats.env_steps;
-    const double mine_then = ranks.last.ranks[static_cast<size_t>(ranks.group->rank())].env_steps;
-    return static_cast<int64_t>(ranks.last.env_steps - mine_then) + stats.env_steps;
-  }
+  // count these; a resumed rank starts from its share).
+  int64_t RunEnvSteps() const { return ranks->RunEnvSteps(stats.env_steps); }
   void SubmitVote();
-  void TakeNormalizerForRanks(TrainJob* job);
+  // What the agreement before a job decided (RankCoordinator::OnResult) applied to the outcome; whether it updated.
   bool OnAgreement(const TrainResult& r);
-  RankFigures Figures(int stop_bits) const;
   // Any thread.
   void RequestStop(const std::string& reason);
   std::string RequestedStopReason();
@@ -243,7 +222,8 @@ struct Learner::Impl {
   std::unique_ptr<Acting> acting;          // built by the first Hello
   std::unique_ptr<TrainerThread> trainer;  // likewise
   Outcome outcome;
-  RankState ranks;
+  // Where this learner stands among the ranks (a SoleLearner alone): set once by Learner::Create.
+  std::unique_ptr<RankCoordinator> ranks = MakeRankCoordinator(nullptr, nullptr);
   std::unique_ptr<EvalEpisodes> eval;  // learner.eval_episodes > 0: the evaluation's episodes
   std::optional<MemoryBudget> memory_budget;  // resolved at the first Hello (learner.memory_budget_mb)
   std::optional<MemoryBudget> gpu_budget;     // on CUDA: the device's free memory at the first Hello

@@ -101,15 +101,14 @@ bool Learner::Impl::BuildRunFrom(const wire::Hello& h, const Handshake& hs,
                : s.message());
     return false;
   }
-  if (ranks.group) {
-    // One rank of several: every minibatch's gradient is averaged over the ranks (learner/train/ppo.h SetReducer).
-    try {
-      parts.trainer->SetReducer(std::make_shared<RankReducer>(ranks.group, config.learner.rank_check_every));
-    } catch (const std::invalid_argument& e) {
-      FailStart(e.what());
-      refuse(e.what());
-      return false;
-    }
+  // Alone, a OneRankReducer; one rank of several, every minibatch's gradient averaged over the ranks
+  // (learner/train/ppo.h SetReducer).
+  try {
+    parts.trainer->SetReducer(ranks->MakeReducer(config.learner.rank_check_every));
+  } catch (const std::invalid_argument& e) {
+    FailStart(e.what());
+    refuse(e.what());
+    return false;
   }
   const RunSpec spec = parts.spec;
   const bool use_state = parts.options.global_state.has_value();
@@ -249,7 +248,7 @@ Status Learner::Impl::CheckMemoryWith(int64_t added_rows, const std::string& wha
 // What an older checkpoint lacks starts afresh, with a warning.
 void Learner::Impl::RestoreProgress(const TrainingCounters& c, const RunState& state) {
   // The checkpoint counts the run's env steps; with ranks each takes its share, so that they add up to it again.
-  stats.env_steps = ranks.group ? RankShare(c.env_steps, ranks.group->rank(), ranks.group->size()) : c.env_steps;
+  stats.env_steps = ranks->ResumedEnvSteps(c.env_steps);
   update.handoff_env_steps = stats.env_steps;  // the schedule goes on from here
   stats.updates = c.updates;
   stats.version = c.policy_version;

@@ -264,22 +264,29 @@ void Learner::Impl::ProcessBatch(std::vector<Work>& batch) {
 }
 
 int64_t Learner::Impl::PreemptedLength() {
-  if (!ranks.preemption || !recording || !collector.has_store() || trainer_busy() || outcome.stopping) return 0;
-  const TrajectoryStore& store = collector.store();
-  const int64_t T = store.rollout_length();
-  if (store.all_full()) return 0;
-  const int64_t length = store.CutLength(config.ppo.core != "none" ? config.ppo.chunk_steps() : 1);
-  // DD-PPO's floor: at least a quarter of the rollout, so that a slow rank still brings its share of samples.
-  if (length >= T || 4 * length < T) return 0;
-  bool ready = false;
-  if (auto s = ranks.preemption->OthersReady(ranks.rollouts, &ready); !s.ok()) {
+  int64_t length = 0;
+  const bool can_cut = recording && collector.has_store() && !trainer_busy() && !outcome.stopping;
+  const int chunk_steps = config.ppo.core != "none" ? config.ppo.chunk_steps() : 1;
+  if (auto s = ranks->PreemptedLength(can_cut, collector.has_store() ? &collector.store() : nullptr, chunk_steps,
+                                      &length);
+      !s.ok()) {
     spdlog::error("{}", s.message());
     if (outcome.rank_failure.ok()) outcome.rank_failure = s;
     outcome.stop_reason = s.message();
     outcome.stopping = true;
     return 0;
   }
-  return ready ? length : 0;
+  return length;
+}
+
+RankLocal Learner::Impl::Local() const {
+  RankLocal l;
+  l.env_steps = stats.env_steps;
+  l.handoff_env_steps = update.handoff_env_steps;
+  l.workers = static_cast<int64_t>(registry.size());
+  l.wall_seconds = stats.Wall();
+  l.store = collector.has_store() ? &collector.store() : nullptr;
+  return l;
 }
 
 void Learner::Impl::MaybeHandOff() {
@@ -287,10 +294,8 @@ void Learner::Impl::MaybeHandOff() {
   if (!collector.CanHandOff(trainer_busy(), outcome.stopping)) {
     length = PreemptedLength();
     if (length == 0) return;
-  } else if (ranks.preemption) {
-    if (auto s = ranks.preemption->MarkFull(ranks.rollouts); !s.ok()) spdlog::warn("{} (this rank's rollout is "
-                                                                                 "not counted; others may wait for it)",
-                                                                                 s.message());
+  } else {
+    ranks->OnFullRollout();
   }
   ActivityScope busy(inference, "taking a rollout for the trainer");
   const RunSpec& spec = registry.run();
@@ -299,7 +304,6 @@ void Learner::Impl::MaybeHandOff() {
   const std::vector<int64_t> state_shape =
       spec.global_state && acting->policy()->has_global_state() ? spec.global_state->shape : std::vector<int64_t>{};
   job.rollout = collector.store().Take(spec.observation.shape, stats.version, &lag, state_shape, length);
-  ++ranks.rollouts;
   if (state_shape.empty()) {
     job.rollout.states = torch::Tensor();  // a critic on the observation (init_from) trains without states
     job.rollout.rows_per_state = 1;        // units of one row: minibatches need not keep an env's agents
@@ -309,11 +313,7 @@ void Learner::Impl::MaybeHandOff() {
   // runs at the full learning rate and the last one at lr / updates, not at 0.
   job.progress = std::min(1.0, static_cast<double>(update.handoff_env_steps) / static_cast<double>(config.total_env_steps));
   // Ranks: the trainer takes the schedule's progress from every rank's (the agreement), the same on all of them.
-  if (ranks.group) {
-    job.figures = Figures(kRankStopNone);
-    job.figures.handoff_env_steps = static_cast<double>(update.handoff_env_steps);
-    TakeNormalizerForRanks(&job);
-  }
+  ranks->PrepareJob(Local(), normalizer, &job);
   update.handoff_env_steps = stats.env_steps;
   job.version = stats.version;
   job.checkpoint = writes_checkpoints() && config.learner.checkpoint_every > 0 &&
@@ -333,85 +333,25 @@ void Learner::Impl::ReleaseParked() {
     if (!batcher.PushFront(std::move(*it)).ok()) break;
 }
 
-RankFigures Learner::Impl::Figures(int stop_bits) const {
-  RankFigures f;
-  f.env_steps = static_cast<double>(stats.env_steps);
-  f.handoff_env_steps = static_cast<double>(update.handoff_env_steps);
-  f.workers = static_cast<double>(registry.size());
-  const double wall = stats.Wall();
-  f.env_steps_per_s = wall > 0 ? static_cast<double>(stats.env_steps) / wall : 0.0;
-  f.updates = static_cast<double>(ranks.updates);
-  f.update_seconds = ranks.update_seconds;
-  f.allreduce_seconds = ranks.traffic.seconds;
-  f.allreduce_bytes = static_cast<double>(ranks.traffic.bytes);
-  f.checksum = static_cast<double>(ranks.last_checksum & ((int64_t{1} << 48) - 1));
-  f.rollouts = static_cast<double>(ranks.rollouts);
-  if (collector.has_store()) {
-    f.cut_rollouts = static_cast<double>(collector.store().copy_stats().cut_takes);
-    f.cut_steps = static_cast<double>(collector.store().copy_stats().cut_steps);
-  }
-  f.stop = stop_bits;
-  return f;
-}
-
-void Learner::Impl::TakeNormalizerForRanks(TrainJob* job) {
-  normalizer.TakeForRanks(&job->norm_obs, &job->norm_ret);
-  job->norm_obs_dim = normalizer.obs_dim();
-  job->norm_ret_dim = normalizer.ret_dim();
-}
-
 void Learner::Impl::SubmitVote() {
-  TrainJob job;
-  job.vote_only = true;
-  // Why this rank stops; none when it stops only because another rank cut the update short (that rank's vote
-  // says why).
-  job.figures = Figures(!outcome.serve_failure.ok() || outcome.update_failed ? kRankStopFailed
-                        : ranks.stop_bits != kRankStopNone                   ? ranks.stop_bits
-                        : ranks.stop_from_cancel                             ? kRankStopNone
-                                                                             : kRankStopRequested);
+  TrainJob job = ranks->Vote(Local(), !outcome.serve_failure.ok() || outcome.update_failed, normalizer);
   job.version = stats.version;
-  TakeNormalizerForRanks(&job);
   update.submitted_at = Clock::now();
   trainer->Submit(std::move(job));
 }
 
-// Ranks: what the agreement before a job said. Returns whether the job's update ran.
 bool Learner::Impl::OnAgreement(const TrainResult& r) {
-  if (r.updated && !r.rank_failed) {  // the updates' collectives (a vote's wait for the others is not an update's)
-    ranks.traffic.calls += r.traffic.calls;
-    ranks.traffic.bytes += r.traffic.bytes;
-    ranks.traffic.seconds += r.traffic.seconds;
-    ++ranks.updates;
-    ranks.update_seconds += r.update_seconds;
-  }
-  ranks.last_checksum = r.checksum;
-  if (r.agreed) {
-    ranks.last = r.agreement;
-    normalizer.ApplyRanks(r.norm_obs, r.norm_ret);
-  }
-  if (r.rank_failed) {
-    spdlog::error("{}", r.error);
-    if (outcome.rank_failure.ok()) outcome.rank_failure = Status::IoError(r.error);
-    if (!outcome.stopping) outcome.stop_reason = r.error;
+  const RankVerdict v = ranks->OnResult(r, normalizer, outcome.stopping);
+  if (!v.rank_failure.ok() && outcome.rank_failure.ok()) outcome.rank_failure = v.rank_failure;
+  if (v.stop) {
+    if (!outcome.stopping || v.override_reason) outcome.stop_reason = v.reason;
     outcome.stopping = true;
-  } else if (!r.agreed_stop.empty()) {
-    ranks.agreed_stop = true;
-    if (!outcome.stopping || ranks.stop_from_cancel) {  // the agreement says which rank stopped, and why
-      outcome.stopping = true;
-      outcome.stop_reason = r.agreed_stop;
-    }
-  } else if (r.cancelled && !outcome.stopping) {
-    // Another rank's stop cut the update short on every rank: this one stops with them (the vote that follows says
-    // which rank, and why).
-    outcome.stopping = true;
-    outcome.stop_reason = "another rank is stopping (it cut the update short)";
-    ranks.stop_from_cancel = true;
   }
-  return r.updated;
+  return v.updated;
 }
 
 void Learner::Impl::OnTrainerDone(const TrainResult& r) {
-  if (ranks.group && !OnAgreement(r)) {
+  if (!OnAgreement(r)) {
     // A vote, or an update the ranks skipped to stop: nothing trained.
     trainer->Done();
     if (config.mode == "sync") ReleaseParked();

@@ -309,7 +309,9 @@ TEST_CASE("two ranks on the fused update, a box action space, and a rank whose e
 
 TEST_CASE("two ranks with finished agents update as one learner on the union, masks and all", "[ranks][active]") {
   const int64_t steps = 16, envs0 = 6, envs1 = 4;
-  const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/2);
+  const std::string path = GENERATE(as<std::string>{}, "off", "on");
+  INFO("ppo.fused_update=" << path);
+  const PpoConfig config = Config(/*num_minibatches=*/1, /*epochs=*/2, path);
   ActorCritic acting = MakePolicy(1);
   torch::manual_seed(9);
   Rollout part0 = testing::ActedRollout(acting, torch::randn({steps * envs0, kObsDim}), {}, steps, envs0);
@@ -329,6 +331,7 @@ TEST_CASE("two ranks with finished agents update as one learner on the union, ma
   });
   // The advantages normalised over the acting rows of both ranks, each minibatch's gradient weighted by its acting
   // rows: the union's update.
+  CHECK(ranks[0]->last_update_path() == std::string(path == "on" ? "fused" : "libtorch"));
   CHECK(testing::RelativeDiff(Flat(*ranks[0]), Flat(single)) < 2e-5);
   CHECK(torch::equal(Flat(*ranks[0]), Flat(*ranks[1])));
   CHECK(stats[0].masked_rows + stats[1].masked_rows == want_stats.masked_rows);

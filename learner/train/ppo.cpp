@@ -371,12 +371,12 @@ void PpoTrainer::NormaliseAcrossRanks(const Plan& plan, Batch* b) {
 
 void PpoTrainer::RunFused(const Batch& b, const Plan& plan, PpoStats* stats, const std::atomic<bool>* cancel) {
   const PpoRows& rows = b.rows;
-  PpoBatch batch_in{rows.obs,       rows.actions, rows.logp, rows.values, rows.advantages, rows.returns,
-                    b.advantages_normalised};
+  PpoBatch batch_in{rows.obs,    rows.actions, rows.logp,   rows.values,
+                    rows.advantages, rows.returns, rows.active, b.advantages_normalised};
   if (plan.kept.defined()) {  // rows (the fused update has k = 1): the kept ones alone
     for (torch::Tensor* t : {&batch_in.obs, &batch_in.actions, &batch_in.logp, &batch_in.values,
-                             &batch_in.advantages, &batch_in.returns})
-      *t = t->index_select(0, plan.kept);
+                             &batch_in.advantages, &batch_in.returns, &batch_in.active})
+      if (t->defined()) *t = t->index_select(0, plan.kept);
   }
   fused_->Run(batch_in, generator_, *optimizer_, *reducer_, stats, cancel);
 }

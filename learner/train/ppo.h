@@ -54,7 +54,7 @@ class PpoTrainer {
   // Minibatch shuffling; its state belongs in checkpoints (RunState, learner/run/checkpoint.h).
   torch::Generator& generator() { return generator_; }
   Precision precision() const { return precision_; }
-  // Whether Update runs the fused CPU path (for a rollout without an active mask).
+  // Whether Update runs the fused CPU path (it takes finished agents' rollouts too; not the graphed step).
   bool fused() const { return fused_ != nullptr; }
   // The path the last Update took: "fused", "graphed" or "libtorch" (before any: the one it would take for a
   // rollout without an active mask, short of the graphed step, which needs a first LibTorch update).

@@ -313,6 +313,7 @@ FusedPpoUpdate::Workspace& FusedPpoUpdate::WorkspaceFor(int64_t rows) {
   ws->old_value.resize(rows);
   ws->advantage.resize(rows);
   ws->ret.resize(rows);
+  ws->weight.resize(rows);
   ws->logp_all.resize(head_dim_);
   ws->probs.resize(head_dim_);
   ws->seg_entropy.resize(segments_.size());
@@ -336,7 +337,9 @@ void FusedPpoUpdate::Gather(const PpoBatch& batch, const int64_t* index, Workspa
   const float* values = batch.values.data_ptr<float>();
   const float* adv = batch.advantages.data_ptr<float>();
   const float* ret = batch.returns.data_ptr<float>();
+  const float* active = batch.active.defined() ? batch.active.data_ptr<float>() : nullptr;
   float* x = ws.x.data();
+  ws.acting = 0;
   for (int64_t i = 0; i < ws.rows; ++i) {
     const int64_t r = index[i];
     std::copy(obs + r * obs_dim_, obs + (r + 1) * obs_dim_, x + i * obs_dim_);
@@ -344,6 +347,8 @@ void FusedPpoUpdate::Gather(const PpoBatch& batch, const int64_t* index, Workspa
     ws.old_value[i] = values[r];
     ws.advantage[i] = adv[r];
     ws.ret[i] = ret[r];
+    ws.weight[i] = active == nullptr || active[r] > 0 ? 1.0f : 0.0f;
+    ws.acting += ws.weight[i] > 0 ? 1 : 0;
   }
   if (discrete_) {
     const int64_t* actions = batch.actions.data_ptr<int64_t>();
@@ -489,6 +494,7 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
   b.values = flat(input.values, "values");
   b.advantages = flat(input.advantages, "advantages");
   b.returns = flat(input.returns, "returns");
+  if (input.active.defined()) b.active = flat(input.active, "active");
   const bool normalise = config_.norm_adv && !input.advantages_normalised;
 
   // Ranks: the same number of minibatches on every rank (see PpoTrainer's plan).
@@ -513,11 +519,20 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
       const int64_t end = (mb + 1) * batch / num_minibatches;
       const int64_t rows = end - begin;
       double mb_stats[6] = {0, 0, 0, 0, 0, 0};
-      if (rows == 0) {
+      Workspace* gathered = nullptr;
+      if (rows > 0) {
+        gathered = &WorkspaceFor(rows);
+        Gather(b, order + begin, *gathered);
+      }
+      // The rows that count: the minibatch's loss is their mean.
+      const int64_t acting = gathered ? gathered->acting : 0;
+      // Nothing acts in it: alone, no step (Adam's momentum would still move the parameters) and no statistics;
+      // ranks still take their part in the others' step.
+      if (acting == 0 && reducer.alone()) continue;
+      if (acting == 0) {
         std::fill(grads_.begin(), grads_.end(), 0.0f);  // a rank's empty minibatch: its part is nothing
       } else {
-        Workspace& ws = WorkspaceFor(rows);
-        Gather(b, order + begin, ws);
+        Workspace& ws = *gathered;
         if (normalise) NormalizeAdvantages(ws);
         // The passes write disjoint buffers, gradient slices and stats entries (critic: mb_stats[1]).
         if (helper != nullptr) {
@@ -542,13 +557,13 @@ void FusedPpoUpdate::Run(const PpoBatch& input, torch::Generator& generator, tor
       // The flat gradient buffer, whole, through the reducer (ranks: one all-reduce; a stop request of any rank
       // stops every rank after this step).
       const bool stop =
-          reducer.ReduceFlat(grads_.data(), grad_count, rows, cancel && cancel->load(std::memory_order_relaxed))
+          reducer.ReduceFlat(grads_.data(), grad_count, acting, cancel && cancel->load(std::memory_order_relaxed))
               .any_flag;
       grad_norm_sum += ClipGradients();
       AdamStep();
       RefreshTransposedWeights();
       last_approx_kl = mb_stats[3];
-      last_rows = rows;
+      last_rows = acting;
       ++minibatches_run;
       if (stop) {
         stats->cancelled = true;

@@ -57,6 +57,9 @@ struct PpoBatch {
   torch::Tensor values;
   torch::Tensor advantages;
   torch::Tensor returns;
+  // float [B]: 1 where the row's agent acted, 0 where it had finished (Rollout::active; undefined: every row acted).
+  // Rows left out count in no loss term, statistic or advantage moment, as ComputePpoLoss's mask.
+  torch::Tensor active;
   // True when the advantages were already normalised over the whole update (ranks: over every rank's rollout);
   // otherwise each minibatch normalises its own when ppo.norm_adv is set.
   bool advantages_normalised = false;

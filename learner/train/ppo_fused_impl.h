@@ -62,6 +62,9 @@ struct FusedPpoUpdate::Workspace {
   std::vector<int64_t> action;    // [B, K] categorical: one choice per component
   std::vector<float> action_box;  // [B, A] box
   std::vector<float> old_logp, old_value, advantage, ret;
+  // Per row 1 (acted) or 0 (finished: left out of every term), and the rows that acted; all ones without a mask.
+  std::vector<float> weight;
+  int64_t acting = 0;
   std::vector<float> logp_all;     // one row's log-softmax per component (categorical)
   std::vector<float> probs;        // and its exp (categorical); exp(-log_std) (box)
   std::vector<float> seg_entropy;  // one row's entropy per component (categorical)

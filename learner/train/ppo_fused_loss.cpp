@@ -11,16 +11,17 @@ namespace farm {
 
 using fused_detail::kHalfLog2Pi;
 
+// Over the rows that acted (every row without a mask); a left-out row's advantage is never read.
 void FusedPpoUpdate::NormalizeAdvantages(Workspace& ws) const {
   if (!config_.norm_adv) return;
-  const double rows = static_cast<double>(ws.rows);
+  const double rows = static_cast<double>(ws.acting);
   double mean = 0;
-  for (float a : ws.advantage) mean += a;
+  for (int64_t i = 0; i < ws.rows; ++i) mean += ws.weight[i] * ws.advantage[i];
   mean /= rows;
   double denom = 1.0;
-  if (ws.rows > 1) {
+  if (ws.acting > 1) {
     double ss = 0;
-    for (float a : ws.advantage) ss += (a - mean) * (a - mean);
+    for (int64_t i = 0; i < ws.rows; ++i) ss += ws.weight[i] * (ws.advantage[i] - mean) * (ws.advantage[i] - mean);
     denom = std::sqrt(ss / (rows - 1)) + kAdvantageEps;
   }
   for (float& a : ws.advantage) a = static_cast<float>((a - mean) / denom);
@@ -28,11 +29,12 @@ void FusedPpoUpdate::NormalizeAdvantages(Workspace& ws) const {
 
 // The policy's part of the loss (clipped surrogate, entropy bonus) and its gradient with respect to the actor's
 // output (ws.actor.g.back()) and log_std (box). stats: policy loss, entropy, approx KL, old approx KL and clip
-// fraction (means over the rows) into stats[0], [2], [3], [4], [5].
+// fraction (means over the rows that acted) into stats[0], [2], [3], [4], [5]. A left-out row (weight 0) is skipped:
+// its gradient is 0 and nothing of it (an inf log-prob, say) is read.
 void FusedPpoUpdate::PolicyLoss(Workspace& ws, double* stats) {
   const int64_t rows = ws.rows;
   const int64_t dim = head_dim_;
-  const double inv_rows = 1.0 / static_cast<double>(rows);
+  const double inv_rows = 1.0 / static_cast<double>(ws.acting);
   const float inv_b = static_cast<float>(inv_rows);
   const float clip = static_cast<float>(config_.clip_coef);
   const float ent_grad = static_cast<float>(-config_.ent_coef * inv_rows);  // dLoss/dH_i
@@ -57,6 +59,10 @@ void FusedPpoUpdate::PolicyLoss(Workspace& ws, double* stats) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* z = head + i * dim;
     float* gz = head_grad + i * dim;
+    if (ws.weight[i] == 0) {
+      std::fill(gz, gz + dim, 0.0f);
+      continue;
+    }
     // Log-prob and entropy of the row.
     float logp, entropy;
     if (discrete_) {
@@ -144,16 +150,20 @@ void FusedPpoUpdate::PolicyLoss(Workspace& ws, double* stats) {
 }
 
 // The value loss and its gradient with respect to the critic's output (ws.critic.g.back()); its mean over the
-// rows into stats[1].
+// rows that acted into stats[1] (a left-out row: gradient 0).
 void FusedPpoUpdate::ValueLoss(Workspace& ws, double* stats) const {
   const int64_t rows = ws.rows;
-  const double inv_rows = 1.0 / static_cast<double>(rows);
+  const double inv_rows = 1.0 / static_cast<double>(ws.acting);
   const float scale = static_cast<float>(config_.vf_coef * inv_rows);
   const float clip = static_cast<float>(config_.clip_coef);
   const float* value = ws.critic.y.back().data();
   float* value_grad = ws.critic.g.back().data();
   double sum = 0;
   for (int64_t i = 0; i < rows; ++i) {
+    if (ws.weight[i] == 0) {
+      value_grad[i] = 0;
+      continue;
+    }
     const float v = value[i];
     const float err = v - ws.ret[i];
     float dvl_dv;  // d(vl_i)/dv, vl_i = 0.5 * max(...)
