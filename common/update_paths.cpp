@@ -27,8 +27,6 @@ constexpr std::array<NeedRow, kNumUpdateNeeds> kTable{{
      "{key}=on cannot train {setting}: {path} has no centralised critic"},
     {UpdateNeed::kValueNorm, "value normalisation (ppo.value_norm)", {false, true, true},
      "{setting} cannot run with {key}=on ({path} has no value normalisation)"},
-    {UpdateNeed::kActiveMasks, "finished agents' rows (active masks)", {true, false, true},
-     "{key}=on cannot train {setting} ({path} has no active mask)"},
     {UpdateNeed::kRanks, "learner ranks", {true, false, true},
      "{key}=on cannot run with {setting} ({path} does not take ranks)"},
     {UpdateNeed::kSde, "state-dependent exploration (ppo.sde)", {false, true, true},

@@ -1,13 +1,12 @@
 // The ways PPO's update can be taken, and what each one takes, in one table. Config validation reads it to refuse
 // ppo.fused_update=on or ppo.graph_update=on for a run that path cannot take; the trainer (learner/train/ppo.h)
-// reads it to pick a path for its policy, its ranks and each rollout. A refusal is the table's sentence for that
+// reads it to pick a path for its policy and its ranks. A refusal is the table's sentence for that
 // path and need, filled in with the setting that asked for it.
 //
 //   need                                   fused   graphed  libtorch
 //   a recurrent core (ppo.core)            -       -        yes
 //   a centralised critic (global state)    -       yes      yes
 //   value normalisation (ppo.value_norm)   -       yes      yes
-//   finished agents' rows (active masks)   yes     -        yes
 //   learner ranks                          yes     -        yes
 //   state-dependent exploration (ppo.sde)  -       yes      yes
 //   a TorchScript encoder                  -       -        yes
@@ -21,6 +20,7 @@
 // Beyond the table each path checks its own structure when it is built: the fused update the ActorCritic's layout
 // and float32 CPU parameters (CheckFusedUpdate), the graphed step Adam's options (GraphedPpoStep::Check).
 // A new update path adds a column here; a new capability adds a row, and the paths that take it say so.
+// Finished agents' rows are no row: every path takes the rollout's active mask (ones where every agent acted).
 //
 // Threading: constant data and pure functions.
 #pragma once
@@ -41,7 +41,6 @@ enum class UpdateNeed : int {
   kCore,
   kCentralisedCritic,
   kValueNorm,
-  kActiveMasks,
   kRanks,
   kSde,
   kEncoderScript,
@@ -52,7 +51,7 @@ enum class UpdateNeed : int {
   kFp16,
   kCuda,
 };
-inline constexpr int kNumUpdateNeeds = 13;
+inline constexpr int kNumUpdateNeeds = 12;
 
 // "the fused update", "the graphed step", "the LibTorch update".
 const char* UpdatePathName(UpdatePath path);

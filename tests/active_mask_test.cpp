@@ -284,6 +284,73 @@ TEST_CASE("the fused update with finished agents is the LibTorch update, minibat
   }
 }
 
+TEST_CASE("the graphed step with finished agents is the LibTorch update, minibatches with no acting row included",
+          "[active][graph]") {
+  // The graphed step's program run eagerly (ppo.graph_update=on on the CPU: what a CUDA graph records and replays),
+  // against the LibTorch update on the same rollouts: 8 minibatches of 4 rows, three quarters of the rows finished,
+  // so that some minibatches have no acting row (no step on either path, decided on the device by the graphed one).
+  // The first update of each run takes the LibTorch path (it makes Adam's state); the second the graphed step; the
+  // third a rollout where nothing acts, which must move nothing.
+  const int seed = GENERATE(24, 25, 26);
+  for (const bool box : {false, true}) {
+    INFO((box ? "box actions" : "discrete actions") << ", seed " << seed);
+    torch::manual_seed(seed);
+    const int64_t T = 8, N = 4;
+    const Space obs = Space::Box({3}, {-1}, {1});
+    const Space act = box ? Space::Box({2}, {-1}, {1}) : Space::Discrete(3);
+    ActorCritic a(obs, act, std::vector<int>{16, 16});
+    ActorCritic b(obs, act, std::vector<int>{16, 16});
+    b->CopyFrom(*a);
+    const auto masked_rollout = [&] {
+      Rollout r = testing::ActedRollout(a, torch::randn({T * N, 3}), {}, T, N);
+      r.active = (torch::rand({T, N}) < 0.25).to(torch::kFloat32);
+      r.active[0][0] = 1;
+      r.logp = torch::where(r.active > 0, r.logp, torch::full_like(r.logp, -std::numeric_limits<float>::infinity()));
+      return r;
+    };
+    const Rollout first = masked_rollout(), second = masked_rollout();
+    PpoConfig config;
+    config.update_epochs = 3;
+    config.num_minibatches = 8;
+    config.fused_update = "off";
+    config.graph_update = "on";
+    PpoTrainer graphed(a, config, 9);
+    config.graph_update = "off";
+    PpoTrainer libtorch(b, config, 9);
+    graphed.Update(first, 0.0);
+    libtorch.Update(first, 0.0);
+    CHECK(std::string(graphed.last_update_path()) == "libtorch");  // Adam's state comes from a LibTorch update
+    const torch::Tensor before = FlatParameters(a);
+    const PpoStats sg = graphed.Update(second, 0.0);
+    const PpoStats sl = libtorch.Update(second, 0.0);
+    CHECK(std::string(graphed.last_update_path()) == "graphed");
+    CHECK(std::string(libtorch.last_update_path()) == "libtorch");
+    CHECK(graphed.graph_captures() == 0);  // eager on the CPU
+    CHECK(sg.masked_rows == sl.masked_rows);
+    CHECK(sg.masked_rows > 16);
+    CHECK((FlatParameters(a) - before).abs().max().item<double>() > 1e-3);
+    CHECK(testing::RelativeDiff(FlatParameters(a), FlatParameters(b)) < 1e-5);
+    CHECK(std::isfinite(sg.policy_loss));
+    CHECK(sg.policy_loss == Approx(sl.policy_loss).margin(1e-5));
+    CHECK(sg.value_loss == Approx(sl.value_loss).epsilon(1e-4));
+    CHECK(sg.entropy == Approx(sl.entropy).epsilon(1e-4));
+    CHECK(sg.grad_norm == Approx(sl.grad_norm).epsilon(1e-4));
+    // Nothing acts: no step, Adam's moments and step count untouched, so the next update still equals LibTorch's.
+    Rollout idle = masked_rollout();
+    idle.active.zero_();
+    const torch::Tensor settled = FlatParameters(a);
+    const PpoStats si = graphed.Update(idle, 0.0);
+    libtorch.Update(idle, 0.0);
+    CHECK(std::string(graphed.last_update_path()) == "graphed");
+    CHECK(torch::equal(FlatParameters(a), settled));
+    CHECK(si.grad_norm == 0);
+    const Rollout third = masked_rollout();
+    graphed.Update(third, 0.0);
+    libtorch.Update(third, 0.0);
+    CHECK(testing::RelativeDiff(FlatParameters(a), FlatParameters(b)) < 1e-5);
+  }
+}
+
 TEST_CASE("the store records which rows acted, and a rollout where all did has no mask", "[active][store]") {
   TrajectoryStore store(/*T=*/3, /*obs_numel=*/1, Space::Discrete(2), /*state_numel=*/0, /*agents_per_env=*/2);
   const int a = store.AddGroup(2);

@@ -273,7 +273,9 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& acted, const Plan& plan, Pp
   // Agents that finished before their env ended: their last step is an end of its own, and nothing after it flows
   // back. With ppo.active_masks off their rows then train as if they acted (every figure below reads them too).
   Rollout rollout = BootstrapFinishedAgents(acted, config_.gamma, config_.bootstrap_truncated);
-  if (!config_.active_masks) rollout.active = torch::Tensor();
+  // From here on the mask is always there (ones where every agent acted, or with ppo.active_masks off): the loss,
+  // the advantage moments and the counts of every path have one arithmetic.
+  if (!config_.active_masks || !rollout.active.defined()) rollout.active = torch::ones_like(rollout.rewards);
   const Advantages gae = ComputeGae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
                                     config_.gamma, config_.gae_lambda);
   // Flatten T x N into one batch; detach so that the rollout never enters the graph.
@@ -286,7 +288,7 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& acted, const Plan& plan, Pp
                    flat(rollout.values).to(torch::kFloat32),
                    flat(gae.advantages),
                    flat(gae.returns),
-                   rollout.active.defined() ? flat(rollout.active).to(torch::kFloat32) : torch::Tensor()};
+                   flat(rollout.active).to(torch::kFloat32)};
   if (plan.recurrent) b.chunks = MakeChunks(rollout, gae, device);
 
   // V-trace: the advantages and targets of the policy as it is at the update's start (vtrace.h says why once), in
@@ -311,13 +313,10 @@ PpoTrainer::Batch PpoTrainer::Prepare(const Rollout& acted, const Plan& plan, Pp
     stats->vtrace_rho_clipped = v.rho_clipped;
     stats->vtrace_c_clipped = v.c_clipped;
   }
-  b.fit_values = b.rows.values;
-  b.fit_returns = b.rows.returns;
-  if (b.rows.active.defined()) {  // the rows of finished agents predict nothing the explained variance should see
-    const torch::Tensor acting = b.rows.active > 0;
-    b.fit_values = b.fit_values.masked_select(acting);
-    b.fit_returns = b.fit_returns.masked_select(acting);
-  }
+  // The rows of finished agents predict nothing the explained variance should see.
+  const torch::Tensor acting = b.rows.active > 0;
+  b.fit_values = b.rows.values.masked_select(acting);
+  b.fit_returns = b.rows.returns.masked_select(acting);
   if (value_norm_) NormaliseValues(&b, stats);
   // Ranks normalise the advantages once per update over every rank's rollout (DD-PPO), a learner alone per minibatch.
   if (!reducer_->alone() && config_.norm_adv) NormaliseAcrossRanks(plan, &b);
@@ -352,11 +351,10 @@ void PpoTrainer::NormaliseAcrossRanks(const Plan& plan, Batch* b) {
     const torch::Tensor arange_k = torch::arange(plan.k, torch::TensorOptions().dtype(torch::kLong).device(plan.device));
     const torch::Tensor idx = UnitRows(plan.kept, plan.k, arange_k);
     kept_adv = plan.recurrent ? b->chunks.advantages.index_select(1, idx) : b->rows.advantages.index_select(0, idx);
-    if (b->rows.active.defined())
-      kept_active = plan.recurrent ? b->chunks.active.index_select(1, idx) : b->rows.active.index_select(0, idx);
+    kept_active = plan.recurrent ? b->chunks.active.index_select(1, idx) : b->rows.active.index_select(0, idx);
   }
   const torch::Tensor a = kept_adv.to(torch::kFloat64);
-  const torch::Tensor w = kept_active.defined() ? kept_active.to(torch::kFloat64) : torch::ones_like(a);
+  const torch::Tensor w = kept_active.to(torch::kFloat64);
   const torch::Tensor local = torch::stack({w.sum(), (a * w).sum(), (a.square() * w).sum()}).cpu();
   const std::vector<double> m = reducer_->Sum({local[0].item<double>(), local[1].item<double>(), local[2].item<double>()});
   const double n = m[0];
@@ -404,6 +402,7 @@ bool PpoTrainer::RunGraphed(const Batch& b, const Plan& plan, PpoStats* stats, c
     if (config_.target_kl && graphed_->last_approx_kl().item<double>() > *config_.target_kl) break;
   }
   const GraphedPpoStep::Sums sums = graphed_->End();
+  if (sums.steps == 0) return true;  // every minibatch without an acting row: no step, no statistics
   SetMeans(sums.stats / static_cast<double>(sums.steps), stats);
   stats->grad_norm = sums.grad_norm.item<double>() / static_cast<double>(sums.steps);
   ++graphed_updates_;
@@ -422,21 +421,17 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
   int64_t steps_run = 0;  // minibatches whose optimizer step ran (fp16 skips steps with inf/NaN grads)
   PpoConfig loss_config = config_;
   if (b.advantages_normalised) loss_config.norm_adv = false;  // done over every rank's rollout in Prepare
-  const int64_t rows_per_unit = plan.batch / plan.units;
-  // With finished agents: each unit's acting rows (a unit is k rows, or k chunk columns of L steps), once per
-  // update; an epoch's order of them is summed into one prefix sum read once, from which each minibatch's count
-  // comes without indexing its mask.
-  torch::Tensor unit_acting;
-  if (b.rows.active.defined())
-    unit_acting = (plan.recurrent ? b.chunks.active.sum(0) : b.rows.active).view({-1, plan.k}).sum(1).to(torch::kLong);
+  // Each unit's acting rows (a unit is k rows, or k chunk columns of L steps), once per update; an epoch's order of
+  // them is summed into one prefix sum read once, from which each minibatch's count comes without indexing its mask.
+  const torch::Tensor unit_acting =
+      (plan.recurrent ? b.chunks.active.sum(0) : b.rows.active).view({-1, plan.k}).sum(1).to(torch::kLong);
   for (int epoch = 0; epoch < config_.update_epochs; ++epoch) {
     const torch::Tensor perm = Permutation(plan.units_kept, device);
-    torch::Tensor acting_prefix;  // int64 [units_kept + 1] on the host: acting rows of the epoch's first i units
-    if (unit_acting.defined()) {
-      const torch::Tensor order = plan.kept.defined() ? plan.kept.index_select(0, perm) : perm;
-      acting_prefix =
-          torch::cat({torch::zeros({1}, unit_acting.options()), unit_acting.index_select(0, order).cumsum(0)}).cpu();
-    }
+    // int64 [units_kept + 1] on the host: acting rows of the epoch's first i units.
+    const torch::Tensor order = plan.kept.defined() ? plan.kept.index_select(0, perm) : perm;
+    const torch::Tensor acting_prefix =
+        torch::cat({torch::zeros({1}, unit_acting.options()), unit_acting.index_select(0, order).cumsum(0)}).cpu();
+    const int64_t* acting_before = acting_prefix.data_ptr<int64_t>();
     torch::Tensor last_approx_kl;
     int64_t last_samples = 0;
     for (int64_t mb = 0; mb < plan.num_minibatches; ++mb) {
@@ -445,9 +440,7 @@ void PpoTrainer::RunMinibatches(const Batch& b, const Plan& plan, PpoStats* stat
       const torch::Tensor drawn = perm.slice(0, begin, end);
       const torch::Tensor unit_idx = plan.kept.defined() ? plan.kept.index_select(0, drawn) : drawn;
       // The rows that count: the minibatch's loss is their mean.
-      const int64_t acting = acting_prefix.defined()
-                                 ? acting_prefix.data_ptr<int64_t>()[end] - acting_prefix.data_ptr<int64_t>()[begin]
-                                 : (end - begin) * rows_per_unit;
+      const int64_t acting = acting_before[end] - acting_before[begin];
       // Nothing acts in it: no step (Adam's momentum would still move the parameters), no statistics. Ranks still
       // take their part in the others' step.
       if (acting == 0 && reducer_->alone()) continue;
@@ -528,13 +521,12 @@ PpoStats PpoTrainer::Update(const Rollout& rollout, double progress, const std::
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(stats.learning_rate);
   }
   const Batch batch = Prepare(rollout, plan, &stats);
-  // A rollout with finished agents asks for active masks, which not every path takes (common/update_paths.h).
-  const bool masked = batch.rows.active.defined();
-  if (fused_ && (!masked || Takes(UpdatePath::kFused, UpdateNeed::kActiveMasks))) {
+  // The path was chosen for the policy and the ranks (ChoosePaths); the graphed step also needs the rollout's
+  // minibatches to be of one size.
+  if (fused_) {
     RunFused(batch, plan, &stats, cancel);
     last_path_ = UpdatePathId(UpdatePath::kFused);
-  } else if ((!masked || Takes(UpdatePath::kGraphed, UpdateNeed::kActiveMasks)) &&
-             RunGraphed(batch, plan, &stats, cancel)) {
+  } else if (RunGraphed(batch, plan, &stats, cancel)) {
     last_path_ = UpdatePathId(UpdatePath::kGraphed);
   } else {
     RunMinibatches(batch, plan, &stats, cancel);

@@ -34,8 +34,8 @@ class PpoTrainer {
   // FusedPpoUpdate (ppo_fused.h) when the table and its own layout check (CheckFusedUpdate) allow, the LibTorch
   // path otherwise; "on" requires it (std::invalid_argument quoting the table's refusal); "off" never uses it.
   // config.graph_update picks the CUDA-graph step (ppo_graph.h) for the LibTorch path alike: "auto" on CUDA, "on"
-  // anywhere the table and GraphedPpoStep::Check allow. A rollout with finished agents (Rollout::active) takes a path
-  // that takes active masks.
+  // anywhere the table and GraphedPpoStep::Check allow. Every path takes finished agents' rows (Rollout::active):
+  // the trainer makes the mask ones where the rollout has none.
   PpoTrainer(ActorCritic policy, const PpoConfig& config, uint64_t seed, Precision precision = Precision::kFp32);
   ~PpoTrainer();
 

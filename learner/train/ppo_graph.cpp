@@ -80,9 +80,9 @@ struct GraphedPpoStep::Impl {
   torch::Tensor step;        // float64 scalar: Adam's step count
   torch::Tensor stat_sums;   // float64 [6]
   torch::Tensor grad_norm_sum;
+  torch::Tensor taken;       // float64 scalar: steps taken (a minibatch with no acting row takes none)
   torch::Tensor last_kl;     // float32 scalar
   int64_t host_step = 0;     // the step count at Begin
-  int64_t steps = 0;         // steps in this update
   int warmups = 0;
   int captures = 0;
 #ifdef FARM_WITH_CUDA
@@ -141,19 +141,28 @@ struct GraphedPpoStep::Impl {
     loss.total.backward();  // accumulates into the bound gradients in place
 
     torch::NoGradGuard no_grad;
-    grad_norm_sum.add_(ClipGradNormOnDevice(params, config.max_grad_norm));
+    // A minibatch with no acting row (every agent in it had finished) takes no step, as on the LibTorch path: its
+    // gradient is 0, but Adam's moments would still move the parameters. Decided on the device (go: 1 or 0), so
+    // that the graph keeps one shape: with go = 0 the moments keep their values (times 1, plus the 0 gradient),
+    // the parameters theirs, and nothing adds to the step count or the sums.
+    const torch::Tensor go =
+        (full.active.index_select(0, UnitRows(unit_idx, k, arange_k)).sum() > 0).to(torch::kFloat64);
+    grad_norm_sum.add_(ClipGradNormOnDevice(params, config.max_grad_norm) * go);
     // torch::optim::Adam's arithmetic with the step count and learning rate as device tensors.
-    step.add_(1);
-    const torch::Tensor step_size = lr / (1 - torch::pow(beta1, step));
+    step.add_(go);
+    taken.add_(go);
+    const torch::Tensor step_size = lr * go / (1 - torch::pow(beta1, step));
     const torch::Tensor bias2_sqrt = (1 - torch::pow(beta2, step)).sqrt();
+    const torch::Tensor keep1 = 1 - (1 - beta1) * go;  // beta1 for a step, 1 for none
+    const torch::Tensor keep2 = 1 - (1 - beta2) * go;
     for (size_t i = 0; i < params.size(); ++i) {
-      exp_avg[i].mul_(beta1).add_(grads[i], 1 - beta1);
-      exp_avg_sq[i].mul_(beta2).addcmul_(grads[i], grads[i], 1 - beta2);
+      exp_avg[i].mul_(keep1).add_(grads[i], 1 - beta1);
+      exp_avg_sq[i].mul_(keep2).addcmul_(grads[i], grads[i], 1 - beta2);
       const torch::Tensor denom = (exp_avg_sq[i].sqrt() / bias2_sqrt).add_(eps);
       params[i].sub_((exp_avg[i] / denom).mul_(step_size));
     }
-    stat_sums.add_(LossStats(loss));
-    last_kl.copy_(loss.approx_kl);
+    stat_sums.add_(LossStats(loss) * go);
+    last_kl.copy_(torch::where(go > 0, loss.approx_kl, last_kl));
   }
 };
 
@@ -181,6 +190,7 @@ GraphedPpoStep::GraphedPpoStep(ActorCritic policy, const PpoConfig& config, Prec
   impl_->step = torch::zeros({}, f64);
   impl_->stat_sums = torch::zeros({6}, f64);
   impl_->grad_norm_sum = torch::zeros({}, f64);
+  impl_->taken = torch::zeros({}, f64);
   impl_->last_kl = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(impl_->device));
 }
 
@@ -193,13 +203,14 @@ void GraphedPpoStep::Begin(const Batch& batch, int64_t rows_per_state, int64_t u
   const bool same = SameShape(batch.obs, m.full.obs) && SameShape(batch.states, m.full.states) &&
                     SameShape(batch.actions, m.full.actions) && SameShape(batch.logp, m.full.logp) &&
                     SameShape(batch.values, m.full.values) && SameShape(batch.advantages, m.full.advantages) &&
-                    SameShape(batch.returns, m.full.returns) && m.k == rows_per_state && m.unit_idx.defined() &&
+                    SameShape(batch.returns, m.full.returns) && SameShape(batch.returns, m.full.active) &&
+                    m.k == rows_per_state && m.unit_idx.defined() &&
                     m.unit_idx.size(0) == units_per_minibatch;
   if (!same) {
     m.DropGraph();
     const auto like = [](const torch::Tensor& t) { return t.defined() ? torch::empty_like(t) : torch::Tensor(); };
     m.full = Batch{like(batch.obs),    like(batch.states),     like(batch.actions), like(batch.logp),
-                   like(batch.values), like(batch.advantages), like(batch.returns), torch::Tensor()};
+                   like(batch.values), like(batch.advantages), like(batch.returns), like(batch.returns)};
     m.k = rows_per_state;
     const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(m.device);
     m.unit_idx = torch::zeros({units_per_minibatch}, i64);
@@ -215,12 +226,17 @@ void GraphedPpoStep::Begin(const Batch& batch, int64_t rows_per_state, int64_t u
   load(m.full.values, batch.values);
   load(m.full.advantages, batch.advantages);
   load(m.full.returns, batch.returns);
+  if (batch.active.defined()) {
+    load(m.full.active, batch.active);
+  } else {
+    m.full.active.fill_(1);  // every row acted
+  }
   m.BindOptimizerState();
   m.lr.fill_(lr);
   m.step.fill_(static_cast<double>(m.host_step));
   m.stat_sums.zero_();
   m.grad_norm_sum.zero_();
-  m.steps = 0;
+  m.taken.zero_();
 }
 
 void GraphedPpoStep::Step(const torch::Tensor& unit_idx) {
@@ -229,7 +245,6 @@ void GraphedPpoStep::Step(const torch::Tensor& unit_idx) {
     throw std::invalid_argument(fmt::format("GraphedPpoStep::Step: {} unit indices, expected {}", unit_idx.numel(),
                                             m.unit_idx.size(0)));
   m.unit_idx.copy_(unit_idx, /*non_blocking=*/true);
-  ++m.steps;
   if (!m.capture) {
     m.Program();
     return;
@@ -270,9 +285,10 @@ torch::Tensor GraphedPpoStep::last_approx_kl() const { return impl_->last_kl; }
 
 GraphedPpoStep::Sums GraphedPpoStep::End() {
   Impl& m = *impl_;
-  m.host_step += m.steps;
+  const auto taken = static_cast<int64_t>(m.taken.item<double>());  // the update's one read of the device
+  m.host_step += taken;
   for (const auto& p : m.params) FindAdamState(*m.optimizer, p)->step(m.host_step);
-  return Sums{m.stat_sums.clone(), m.grad_norm_sum.clone(), m.steps};
+  return Sums{m.stat_sums.clone(), m.grad_norm_sum.clone(), taken};
 }
 
 int GraphedPpoStep::captures() const { return impl_->captures; }

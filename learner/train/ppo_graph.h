@@ -37,7 +37,7 @@ class GraphedPpoStep {
   struct Sums {
     torch::Tensor stats;      // float64 [6]: policy loss, value loss, entropy, approx KL, old approx KL, clip frac
     torch::Tensor grad_norm;  // float64 scalar: pre-clip grad norms
-    int64_t steps = 0;
+    int64_t steps = 0;        // optimizer steps taken (a minibatch with no acting row takes none)
   };
 
   // Whether the step can run with this optimizer: Adam without weight decay or amsgrad, one set of betas and eps.
@@ -57,9 +57,9 @@ class GraphedPpoStep {
   GraphedPpoStep(const GraphedPpoStep&) = delete;
   GraphedPpoStep& operator=(const GraphedPpoStep&) = delete;
 
-  // Starts an update: copies `batch` into the static buffers (a new shape reallocates them and drops the
-  // graph), sets the learning rate and reads the step count from the optimizer. Each minibatch holds
-  // `units_per_minibatch` runs of `rows_per_state` consecutive rows (PpoTrainer's units).
+  // Starts an update: copies `batch` into the static buffers (batch.active undefined: every row acted; a new shape
+  // reallocates them and drops the graph), sets the learning rate and reads the step count from the optimizer. Each
+  // minibatch holds `units_per_minibatch` runs of `rows_per_state` consecutive rows (PpoTrainer's units).
   void Begin(const Batch& batch, int64_t rows_per_state, int64_t units_per_minibatch, double lr);
   // One optimizer step on the units `unit_idx` (int64 [units_per_minibatch], on the device). The first
   // steps after a new shape run eagerly on a side stream (warm-up), then one capture; replays after.

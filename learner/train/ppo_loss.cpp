@@ -103,15 +103,18 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   RequireShape(returns, batch, "ComputePpoLoss: returns");
   if (mask.defined()) RequireShape(mask, batch, "ComputePpoLoss: mask");
 
-  // Means over the rows that count: all of them, or the mask's (MAPPO's active masks: sum(x * m) / sum(m)). Without
-  // a host read, so that a CUDA graph could record it; a minibatch with no row counting has every term 0.
-  const torch::Tensor count = mask.defined() ? mask.sum().clamp_min(1) : torch::Tensor();
-  const auto mean = [&](const torch::Tensor& x) { return mask.defined() ? (x * mask).sum() / count : x.mean(); };
+  // One arithmetic whether or not agents finished: means over the rows that count (MAPPO's active masks:
+  // sum(x * m) / sum(m)), every row when no mask is given. Without a host read, so that a CUDA graph can record it;
+  // a minibatch with no row counting has every term 0.
+  const torch::Tensor m = mask.defined() ? mask : torch::ones_like(old_logp);
+  const torch::Tensor count = m.sum();
+  const torch::Tensor denom = count.clamp_min(1);
+  const auto mean = [&](const torch::Tensor& x) { return (x * m).sum() / denom; };
   // The rows left out enter every term as neutral inputs (ratio 1, advantage 0, the value its old one), chosen by
   // `where` so that no gradient reaches their own: a left-out row's inf would otherwise make 0 * inf a NaN.
-  const torch::Tensor counts = mask.defined() ? mask > 0 : torch::Tensor();
+  const torch::Tensor counts = m > 0;
   const auto pick = [&](const torch::Tensor& x, const torch::Tensor& otherwise) {
-    return mask.defined() ? torch::where(counts, x, otherwise) : x;
+    return torch::where(counts, x, otherwise);
   };
 
   const double clip = config.clip_coef;
@@ -126,13 +129,11 @@ PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, co
   }
 
   torch::Tensor adv = pick(advantages, torch::zeros_like(advantages));
-  if (config.norm_adv && !mask.defined()) {
-    // The unbiased std of one sample is NaN; a one-sample minibatch is only centred.
-    adv = adv.numel() > 1 ? (adv - adv.mean()) / (adv.std() + kAdvantageEps) : adv - adv.mean();
-  } else if (config.norm_adv) {
-    // The same over the rows that count (one row: centred, so 0, as above).
+  if (config.norm_adv) {
+    // (adv - mean) / (unbiased std + eps) over the rows that count; one row is only centred (so 0): the unbiased
+    // std of one sample is NaN.
     const torch::Tensor centred = adv - mean(adv);
-    const torch::Tensor var = (centred.square() * mask).sum() / (mask.sum() - 1).clamp_min(1);
+    const torch::Tensor var = (centred.square() * m).sum() / (count - 1).clamp_min(1);
     adv = centred / (var.sqrt() + kAdvantageEps);
   }
   const torch::Tensor pg_unclipped = -adv * ratio;

@@ -35,8 +35,9 @@ Advantages ComputeGae(const torch::Tensor& rewards, const torch::Tensor& values,
 // rollout (shallow) when it has no active mask.
 Rollout BootstrapFinishedAgents(const Rollout& rollout, double gamma, bool bootstrap = true);
 
-// `mask` (float [B], optional): 1 for rows that count, 0 for rows left out (finished agents); every term, the
-// statistics and the advantage normalisation are then means over the rows that count (none counting: 0).
+// `mask` (float [B]): 1 for rows that count, 0 for rows left out (finished agents); every term, the statistics and
+// the advantage normalisation are means over the rows that count (none counting: 0). Undefined: every row counts
+// (the same arithmetic, with a mask of ones).
 PpoLoss ComputePpoLoss(const EvalOutput& eval, const torch::Tensor& old_logp, const torch::Tensor& old_values,
                        const torch::Tensor& advantages, const torch::Tensor& returns, const PpoConfig& config,
                        const torch::Tensor& mask = {});

@@ -119,7 +119,7 @@ struct PpoRows {
   torch::Tensor values;
   torch::Tensor advantages;
   torch::Tensor returns;
-  torch::Tensor active;  // float [B]: Rollout::active flattened (undefined: every row acted)
+  torch::Tensor active;  // float [B]: Rollout::active flattened (PpoTrainer always gives it; undefined: every row acted)
 };
 
 }  // namespace farm
