@@ -529,9 +529,9 @@ struct FarmConfig {
 };
 
 // The defaults of a policy with a core (ppo.core gru or lstm), for each of these keys the config does not give:
-// chosen on the memory tasks (docs/PERFORMANCE.md, "Policies with memory: the defaults"). A longer rollout, so
-// that a chunk trained through (ppo.bptt: the whole rollout by default) spans long dependencies, and a larger
-// learning rate than the MLP's.
+// chosen on the memory tasks (records/performance-history.md, "Policies with memory: the defaults"). A longer
+// rollout, so that a chunk trained through (ppo.bptt: the whole rollout by default) spans long dependencies, and a
+// larger learning rate than the MLP's.
 struct CoreDefaults {
   int rollout_length = 128;
   double lr = 1e-3;

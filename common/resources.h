@@ -14,9 +14,9 @@ double CurrentRssMb();  // resident set now (MiB)
 // block over the mmap threshold (128 kB at first) is a fresh mapping each time, and freed memory at the top of a
 // thread's arena is handed back to the kernel once it passes the trim threshold, so the next batch page-faults
 // it all in again: measured on the learner's inference thread, a third of its time in page faults and madvise,
-// and its forward 4-10x slower (docs/PERFORMANCE.md, "The allocator"). This raises glibc's mmap threshold to
-// 32 MiB (the ceiling its own dynamic threshold would reach) and its trim threshold to 64 MiB, so each arena
-// keeps up to 64 MiB of freed memory for reuse. It does nothing when MALLOC_MMAP_THRESHOLD_,
+// and its forward 4-10x slower (records/performance-history.md, "Policies with memory"). This raises glibc's mmap
+// threshold to 32 MiB (the ceiling its own dynamic threshold would reach) and its trim threshold to 64 MiB, so each
+// arena keeps up to 64 MiB of freed memory for reuse. It does nothing when MALLOC_MMAP_THRESHOLD_,
 // MALLOC_TRIM_THRESHOLD_ or MALLOC_TOP_PAD_ is set (the user's own choice) or without glibc. Call it once, early
 // in main. Returns one line for the log saying what it did.
 std::string KeepFreedMemoryForReuse();

@@ -42,7 +42,8 @@ void Learner::Impl::OnStep(Work& w, std::vector<Work*>* steps) {
   // On the CPU the observations and states are read once: scanned and copied into the store together (or, when
   // that cannot be, scanned here and copied at serve). On CUDA they are copied into the store while the device
   // computes the batch's forward (RecordInputs), which hides the copy: on the H200 host, copying them here made
-  // admission slower by more than the copy (docs/PERFORMANCE.md, run 4).
+  // admission slower by more than the copy (records/performance-history.md, "The multi-agent map workload at
+  // scale", runs 4 and 5).
   w.inputs_recorded = recording && !device.is_cuda() && collector.has_store() &&
                       CopyInputsAhead(collector.store(), *ws, req);
   if (!w.inputs_recorded) {

@@ -46,7 +46,7 @@ ENVS = {
     "cartpole_novel": {
         "config": "configs/cartpole_novel.yaml", "budget": 100_000, "target": 475.0,
         "reference": "SB3-contrib RecurrentPPO (rl-zoo ppo_lstm.yml), 100k steps: 500 +- 0; an MLP stays near 45 "
-                     "(ppo.core=none, docs/PERFORMANCE.md)"},
+                     "(ppo.core=none, records/performance-history.md)"},
     "memory_cue": {
         "config": "configs/memory_cue.yaml", "budget": 1_000_000, "target": 0.95,
         "reference": "a memoryless policy is right 1/choices = 0.5 of the time (delay 32)"},

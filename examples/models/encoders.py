@@ -96,7 +96,8 @@ def farm_init(module):
     layers (learner/model/encoder.h). A script keeps the weights it was saved with, so this is how a scripted
     copy of a built-in encoder starts where the built-in one does: on
     uav_coverage at 300k env steps FarmCnn covered a median 352 cells with PyTorch's default initialisation and
-    620 with this one, against the built-in cnn's 523 (docs/PERFORMANCE.md, "uav_coverage learning")."""
+    620 with this one, against the built-in cnn's 523 (records/performance-history.md, "uav_coverage
+    learning")."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             nn.init.orthogonal_(m.weight, gain=2 ** 0.5)

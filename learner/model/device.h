@@ -27,7 +27,7 @@ void SetCpuThreads(int threads);
 // pass's back-to-back products, asleep between acting batches; a job wakes them) and restarts OpenBLAS's pool so
 // that the wait takes effect (the pool comes back at the next threaded call, as after a fork). uav_coverage, 16
 // workers, learner.threads 2: mlp 5,939-6,132 env steps/s against 5,280-5,419 with the default wait, a GRU
-// 2,176-2,242 against 2,163-2,174 (docs/PERFORMANCE.md). Nothing
+// 2,176-2,242 against 2,163-2,174 (records/performance-history.md, "CPU: the 2-core development machine"). Nothing
 // changes when the environment sets OPENBLAS_THREAD_TIMEOUT (the user's choice wins) or the BLAS is not OpenBLAS.
 // Call once, early in main, before any other thread uses BLAS. Returns what it did, and a line for the log.
 struct BlasWait {

@@ -31,7 +31,7 @@ std::optional<CriticWatch::Report> CriticWatch::Observe(int64_t update, const Pp
           "return_std {:.3g}, explained variance {:.3f}): most likely every unit of one of its hidden layers is "
           "saturated or dead for every input (a tanh at +-1, a ReLU below zero), so no gradient reaches the layers "
           "below it and the actor trains without a baseline. It may come back or not; a lower ppo.lr takes smaller "
-          "steps (docs/PERFORMANCE.md, \"uav_coverage learning\")",
+          "steps (docs/PERFORMANCE.md, \"When the learner warns about the critic\")",
           kUpdates, update, stats.value_std, stats.return_std, stats.explained_variance)};
 }
 
@@ -56,7 +56,7 @@ std::optional<CriticWatch::Report> CriticWatch::ObserveScale(int64_t update, con
           "{:g}) = {:.3g}). Most likely the critic feeds its own values back through bootstrapped targets: an "
           "episode's last observation (the time limit's bootstrap, ppo.bootstrap_truncated) or an agent's that "
           "drifts to states it never trained on. Try ppo.bootstrap_truncated: false, ppo.value_norm: running or a "
-          "lower ppo.lr (docs/PERFORMANCE.md, \"PettingZoo's MPE\")",
+          "lower ppo.lr (docs/PERFORMANCE.md, \"When the learner warns about the critic\")",
           kUpdates, update, stats.value_std, stats.return_std, max_abs_reward, gamma, bound)};
 }
 

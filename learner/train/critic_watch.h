@@ -3,7 +3,7 @@
 // A critic one of whose hidden layers is saturated or dead in every unit for every input (each tanh at +-1,
 // each ReLU below zero) outputs one constant: its explained variance is 0 to the last digit, no gradient
 // reaches the layers below, and the actor trains on advantages without a baseline. Nothing fails, so without a
-// word the run only looks slow. Seen on uav_coverage with ppo.encoder impala (docs/PERFORMANCE.md,
+// word the run only looks slow. Seen on uav_coverage with ppo.encoder impala (records/performance-history.md,
 // "uav_coverage learning"): the values' spread shrank over 17 updates from 0.46 to 2e-5, against the returns'
 // spread of about 2; in 3 runs of 6 the critic was constant for 43 to 139 updates, and two of them never came
 // back. There the tanh trunk behind the encoder was saturated in every unit for every state, the encoder's
@@ -13,17 +13,19 @@
 // (kVaryingSpread).
 //
 // The opposite failure: a critic whose values grow without bound, update after update. Seen on MPE's simple_tag
-// with the truncation bootstrap (docs/PERFORMANCE.md, "PettingZoo's MPE"): the agents drift without limit, each
-// episode's last observation is a state the critic never trained on, and the bootstrap fed its extrapolation back
-// into its own targets; value_std grew from 0.5 to 2e9 over 375 updates while the explained variance stayed near
-// 0.9 (the critic fits targets made of its own values). ObserveScale names it once the values' spread exceeds what
-// any return of the rewards recorded so far allows, max |reward| / (1 - gamma), for kUpdates updates in a row.
+// with the truncation bootstrap (records/performance-history.md, "PettingZoo's MPE"): the agents drift without
+// limit, each episode's last observation is a state the critic never trained on, and the bootstrap fed its
+// extrapolation back into its own targets; value_std grew from 0.5 to 2e9 over 375 updates while the explained
+// variance stayed near 0.9 (the critic fits targets made of its own values). ObserveScale names it once the
+// values' spread exceeds what any return of the rewards recorded so far allows, max |reward| / (1 - gamma), for
+// kUpdates updates in a row.
 // The largest reward is the store's, since the learner started: a resumed run whose critic learned of large rewards
 // that come rarely (none in its first kUpdates updates) could be warned without cause.
 //
 // RolloutCriticSaturation measures the other half of that story as it happens: the share of the critic's tanh
 // outputs at +-1 (ActorCriticImpl::CriticSaturation) on rows of an update's rollout, per update in metrics as
-// critic_saturation. On uav_coverage without value normalisation it ended at 0.62-0.71 (docs/PERFORMANCE.md).
+// critic_saturation. On uav_coverage without value normalisation it ended at 0.62-0.71
+// (records/performance-history.md, "Value normalisation").
 //
 // Threading: CriticWatch is not thread-safe; the learner's inference thread owns it. RolloutCriticSaturation runs
 // on the thread that owns the policy (the trainer thread).

@@ -1,8 +1,9 @@
 // The PPO minibatch step as one fixed-shape program over preallocated buffers, so that on CUDA it is
 // captured once into a CUDA graph and replayed: gather of the minibatch, forward, loss, backward, grad-norm
 // clip and Adam, with no host work per minibatch but one copy and one graph launch. A small MLP's update
-// is otherwise bound by the host launching several hundred tiny kernels per minibatch (docs/PERFORMANCE.md:
-// the trainer thread busy ~90% of wall time while the GPU idled).
+// is otherwise bound by the host launching several hundred tiny kernels per minibatch
+// (records/performance-history.md, "GPU: one NVIDIA H200": the trainer thread busy ~90% of wall time while the
+// GPU idled).
 //
 // Same arithmetic as PpoTrainer's LibTorch path (ComputePpoLoss, ClipGradNormOnDevice, torch::optim::Adam
 // without weight decay or amsgrad). Adam runs on the device with its step count in a device tensor (a

@@ -16,7 +16,7 @@
 // v_{t+1} - V(x_t)), puts rho_t in front because plain policy gradient has no other importance weight; PPO's
 // loss already weights each sample by its ratio pi/mu (clipped), so with rho_t in front every sample is weighted
 // by its own ratio twice. On uav_coverage (10 agents, async, 16 workers) that double weight moved the policy 2-3x
-// as far per update as GAE and covered about half the cells (docs/PERFORMANCE.md, "Async correction").
+// as far per update as GAE and covered about half the cells (records/performance-history.md, "Async correction").
 //
 // Threading: plain functions and a value type, used by the trainer thread.
 #pragma once
@@ -55,9 +55,10 @@ Advantages ComputeVtrace(const torch::Tensor& log_rhos, const torch::Tensor& rew
 // the policy being trained: sync mode, or an async sample of lag 0, where V-trace is GAE), and the advantages and
 // targets hold for every epoch, as GAE's do. The update's own epochs move the policy further; PPO's clipped ratio
 // bounds that, as it does for GAE. Recomputed every epoch, the ratios would count the update's own drift as lag
-// (docs/PERFORMANCE.md compares the two); per minibatch is not possible: the farm's minibatches are shuffled rows
-// or chunks, not whole trajectories, so a minibatch cannot run the backward recursion. The bootstrap V(x_T) is
-// the critic's value at acting time (the rollout keeps no observation past its last step).
+// (records/performance-history.md, "Async correction", compares the two); per minibatch is not possible: the
+// farm's minibatches are shuffled rows or chunks, not whole trajectories, so a minibatch cannot run the backward
+// recursion. The bootstrap V(x_T) is the critic's value at acting time (the rollout keeps no observation past its
+// last step).
 class VtraceCorrection {
  public:
   // Keeps the rollout's behaviour log-probs, rewards, dones and bootstrap values (host copies).
