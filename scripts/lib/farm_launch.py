@@ -392,9 +392,15 @@ class Supervisor:
                 self._sleep()
         return self._stop_after(ended)
 
-    def _first_failure(self):
-        """The status of the first learner seen failing, logging each failure once."""
-        for i, p in enumerate(self.learners):
+    def _first_failure(self, first=None):
+        """The status of the first learner seen failing (`first`, the one that ended the run, before the others seen
+        at the same time), logging each failure once."""
+        order = list(range(len(self.learners)))
+        if first is not None:
+            order.remove(first)
+            order.insert(0, first)
+        for i in order:
+            p = self.learners[i]
             st = self._poll(p)
             if st is not None and st != 0 and i not in self._logged:
                 self._logged.add(i)
@@ -417,6 +423,7 @@ class Supervisor:
         clean_since = now
         failed_since = None
         said_waiting = False
+        self._first_failure(ended)
         while True:
             self._first_failure()
             if failed_since is None and any(i in mates for i, _ in self._failures):
@@ -460,8 +467,7 @@ class Supervisor:
         alive = self._running(self.workers)
         if alive:
             if not quiet:
-                what = "the learner exited with status %d; " % rc if rc != 0 and len(self.learners) == 1 else ""
-                log("%sstopping %d workers" % (what, len(alive)))
+                log("stopping %d workers" % len(alive))
             for w in alive:
                 self._signal(w, signal.SIGTERM)
         deadline = time.monotonic() + WORKER_KILL_S
