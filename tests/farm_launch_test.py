@@ -286,7 +286,7 @@ class SupervisionTest(unittest.TestCase):
 
     def test_policies_by_ranks(self):
         p = self.launch({"a/1": {"exit_after": 1.0, "status": 0}, "a/0": {"exit_after": 1.0, "status": 0}},
-                        policies=["a", "b"], ranks=2, workers=3)
+                        policies=["a", "b"], ranks=2, workers=3, grace={"OTHER_GROUPS_GRACE_S": 0.5})
         rc, err = self.finish(p)
         self.assertEqual(rc, 0, err)
         ev = self.read_events()

@@ -15,7 +15,8 @@ rank group). Worker i reaches, for every policy, rank i % K.
 One start order and one stop rule (Supervisor): every learner starts (PR_SET_PDEATHSIG: TERM when this launcher
 dies), every endpoint file is waited for, then the workers start. The run ends when a learner exits or every
 worker has. Then the learners still running stop (the ended learner's rank group stops by itself: a rank still
-there 10 s after another failed is stopped; the other groups get TERM, a final checkpoint each, KILL after 30 s),
+there 10 s after another failed is stopped; the other groups get TERM, a final checkpoint each, KILL after 30 s:
+at once after a failure, 5 s after a clean end, since every policy counts the same env steps),
 then the workers (a short grace to exit on their learner's Stop, then TERM). INT, TERM, HUP: the same stop,
 exit status 130, 143, 129. Otherwise the status is 0 for a clean end, else the first failing learner's (1 when
 every worker failed first).
@@ -35,6 +36,7 @@ import time
 STOP_GRACE_S = 30.0      # TERM to a learner, then KILL (as docker-compose's stop_grace_period)
 GROUP_FAIL_GRACE_S = 10.0  # a rank still there this long after another of its group failed is stopped
 GROUP_CLEAN_GRACE_S = 60.0  # ranks agree to stop together: the others of a clean one get this long
+OTHER_GROUPS_GRACE_S = 5.0  # after a clean end, another policy's learners may end on the same step; then TERM
 WORKERS_DONE_GRACE_S = 60.0  # every worker exited cleanly: a learner is finishing; then the learners are stopped
 WORKER_GRACE_FAILED_S = 2.0  # after a failure no Stop reached the workers: this long, then TERM
 WORKER_GRACE_CLEAN_S = 5.0   # after a clean end the workers got Stop: this long, then TERM
@@ -416,10 +418,11 @@ class Supervisor:
         others = [i for i in range(len(self.learners)) if i not in mates]
         termed = {}  # learner index -> when it was sent TERM
         now = time.monotonic()
-        for i in others:  # another policy's learners do not stop by themselves: TERM, a final checkpoint each
-            if self._poll(self.learners[i]) is None:
-                self._signal(self.learners[i], signal.SIGTERM)
-                termed[i] = now
+        # Another policy's learners stop by themselves only at their own end (often the same env step: every
+        # policy counts the run's steps), else they get TERM and write a final checkpoint: at once after a
+        # failure, after OTHER_GROUPS_GRACE_S after a clean end (a TERM while one ends cleanly could kill it in its
+        # teardown, after its signal handler is gone).
+        term_others_at = now + (OTHER_GROUPS_GRACE_S if self._poll(self.learners[ended]) == 0 else 0.0)
         clean_since = now
         failed_since = None
         said_waiting = False
@@ -432,6 +435,11 @@ class Supervisor:
             if not running:
                 break
             now = time.monotonic()
+            if now >= term_others_at:
+                for i in others:
+                    if i in running and i not in termed:
+                        self._signal(self.learners[i], signal.SIGTERM)
+                        termed[i] = now
             late = [i for i in running if i in mates and i not in termed and
                     (failed_since is not None and now - failed_since >= GROUP_FAIL_GRACE_S or
                      failed_since is None and now - clean_since >= GROUP_CLEAN_GRACE_S)]
