@@ -365,6 +365,18 @@ class SupervisionTest(unittest.TestCase):
     def test_hup(self):
         self.interrupt(signal.SIGHUP, 129)
 
+    def test_second_int_gives_up_on_the_checkpoints(self):
+        p = self.launch({"-/0": {"term_delay": 60}}, workers=1)
+        self.assertTrue(self.wait_for(lambda ev: any(e[0] == "worker" and e[2] == "start" for e in ev)))
+        p.send_signal(signal.SIGINT)
+        self.assertTrue(self.wait_for(lambda ev: ["learner", "-/0", "term"] in ev))
+        start = time.time()
+        p.send_signal(signal.SIGINT)
+        rc, err = self.finish(p, timeout=20)
+        self.assertEqual(rc, 130, err)
+        self.assertLess(time.time() - start, 10)
+        self.assert_nothing_left()
+
     def test_launcher_killed_learners_get_term(self):
         p = self.launch({}, ranks=1, workers=1)
         self.assertTrue(self.wait_for(lambda ev: any(e[0] == "worker" and e[2] == "start" for e in ev)))
