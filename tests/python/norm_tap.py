@@ -2,7 +2,8 @@
 --normalize-obs --normalize-reward, checked message by message against the raw observations and
 rewards its envs returned (tests/python/cue_env.py make_scaled, $CUE_ENV_LOG), with an
 independent numpy implementation of the rules of docs/ENVIRONMENTS.md ("Observation and reward
-normalisation"); and the learner's merged statistics against the same raw data.
+normalisation") and docs/PROTOCOL.md ("Normalisation statistics"); and the learner's merged statistics
+against the same raw data.
 
   norm_tap.py proxy LEARNER_ENDPOINT ENDPOINT_FILE CAPTURE_FILE
       A pass-through between one worker and the learner (ROUTER in front, DEALER to the learner)

@@ -14,7 +14,7 @@ from .errors import WorkerError
 from .spaces import Discrete, MultiDiscrete
 
 # common/wire.h kProtocolVersion: 3, global states once per env (protocol 2 added multi-agent envs and global
-# states; docs/ENVIRONMENTS.md).
+# states; docs/PROTOCOL.md).
 PROTOCOL_VERSION = 3
 # A learner that closes the connection before the ZeroMQ handshake completes this many times in a row is refusing
 # this worker (as farm-worker: WatchedDealer in common/transport.h).
