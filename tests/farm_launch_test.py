@@ -10,6 +10,7 @@ Usage: farm_launch_test.py [SOURCE_DIR] (default: this checkout). Standard libra
 
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -186,6 +187,42 @@ class PlanTest(unittest.TestCase):
         self.assertLess(argv.index("--python-checked"), argv.index("--learner"))
         self.assertEqual(argv[-2:], ["--stats-file", "/s/worker-1.json"])
 
+    def test_learners_alone_on_fixed_ports(self):  # scripts/farm learners
+        p = self.make(mode="learners", port=5555, announce_host="0.0.0.0", policies=["a", "b"], run_dir="/r")
+        self.assertEqual(p.workers, [])
+        self.assertEqual([l.argv for l in p.learners], [
+            ["L", "--set", "transport.insecure=true", "--config", "c.yaml"] + self.OV +
+            ["--set", "run_dir=/r", "--policy", n, "--set", "transport.bind=tcp://0.0.0.0:%d" % port,
+             "--endpoint-file", "/t/endpoint-" + n] for n, port in (("a", 5555), ("b", 5556))])
+        self.assertEqual([l.announce for l in p.learners], ["tcp://0.0.0.0:5555", "tcp://0.0.0.0:5556"])
+        one = self.make(mode="learners", port=7000).learners[0]
+        self.assertEqual(one.argv, ["L", "--config", "c.yaml", "--set", "transport.insecure=true"] + self.OV +
+                         ["--set", "transport.bind=tcp://0.0.0.0:7000", "--endpoint-file", "/t/endpoint"])
+
+    def test_workers_alone(self):  # scripts/farm worker
+        p = self.make(mode="workers", learner="tcp://h:1", index_base=1000, workers=2, worker_args=["--set", "py"])
+        self.assertEqual(p.learners, [])
+        self.assertEqual(fl.worker_argv(p, [], 1), ["W", "--config", "c.yaml"] + self.OV +
+                         ["--set", "py", "--learner", "tcp://h:1", "--index", "1001"])
+
+    def test_cluster_hosts_over_ssh(self):  # scripts/farm cluster
+        ov = overrides("env.options={ }", "name=x 'q' $HOME;y")
+        p = self.make(mode="cluster", overrides=ov, port=5555, announce_host="10.0.0.1", policies=["a", "b"],
+                      run_dir="/r", hosts=[("alpha", "1"), ("beta", None)],
+                      remote={"ssh": "ssh -p 22", "root": "/src dir", "build_dir": "/b", "skip_build": True})
+        self.assertEqual(len(p.workers), 2)
+        eps = [l.announce for l in p.learners]
+        self.assertEqual(eps, ["tcp://10.0.0.1:5555", "tcp://10.0.0.1:5556"])
+        argv = fl.worker_argv(p, eps, 1)
+        self.assertEqual(argv[:5], ["ssh", "-p", "22", "-tt", "beta"])
+        self.assertTrue(argv[5].startswith("cd '/src dir' && FARM_WORKER_INDEX_BASE=1000 FARM_BUILD_DIR=/b "
+                                           "FARM_SKIP_BUILD=1 scripts/farm worker --learner "), argv[5])
+        remote = shlex.split(argv[5].split(" && ", 1)[1])[3:]  # the remote shell's words, past FARM_*=...
+        self.assertEqual(remote, ["scripts/farm", "worker", "--learner",
+                                       "a=tcp://10.0.0.1:5555,b=tcp://10.0.0.1:5556", "c.yaml"] + ov)
+        self.assertIn("--workers", fl.worker_argv(p, eps, 0)[5])
+        self.assertEqual(p.worker_logs, ["workers on alpha (1) -> {learner}", "workers on beta -> {learner}"])
+
     def test_policies_plan_output(self):
         self.assertEqual(fl.parse_policies_plan("run_dir /r\npolicy a\npolicy b\n"), ("/r", ["a", "b"]))
         self.assertEqual(fl.parse_policies_plan(""), (None, []))
@@ -215,7 +252,7 @@ class SupervisionTest(unittest.TestCase):
         self.events = os.path.join(self.dir, "events-%s" % self._testMethodName)
         open(self.events, "w").close()
 
-    def launch(self, learner_spec=None, worker_spec=None, workers=2, ranks=1, policies=None, grace=None):
+    def launch(self, learner_spec=None, worker_spec=None, workers=2, ranks=1, policies=None, grace=None, extra=()):
         env = dict(os.environ, FAKE_EVENTS=self.events, FAKE_SPEC=json.dumps(learner_spec or {}),
                    FAKE_WORKER_SPEC=json.dumps(worker_spec or {}), TMPDIR=self.dir)
         config = self.config
@@ -228,7 +265,7 @@ class SupervisionTest(unittest.TestCase):
         code += "sys.exit(fl.main(sys.argv[1:]))"
         argv = [sys.executable, "-c", code, "--learner-bin", os.path.join(self.dir, "learner"),
                 "--worker-bin", os.path.join(self.dir, "worker"), "--config", config, "--workers", str(workers),
-                "--learners", str(ranks), "--", "--set", "total_env_steps=10"]
+                "--learners", str(ranks)] + list(extra) + ["--", "--set", "total_env_steps=10"]
         return subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
 
     def finish(self, proc, timeout=60):
@@ -376,6 +413,30 @@ class SupervisionTest(unittest.TestCase):
         self.assertEqual(rc, 130, err)
         self.assertLess(time.time() - start, 10)
         self.assert_nothing_left()
+
+    def test_learners_alone_term_exits_with_their_status(self):  # scripts/farm learners in a container
+        p = self.launch({}, policies=["a", "b"], extra=["--mode", "learners", "--port", "5555"])
+        self.assertTrue(self.wait_for(lambda ev: sum(e[2] == "start" for e in ev) == 2))
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        rc, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("farm: learners on a=tcp://0.0.0.0:5555,b=tcp://0.0.0.0:5556; workers connect with "
+                      "--learner tcp://HOST:5555", err)
+        self.assertIn("(one learner each, ports 5555 to 5556)", err)
+        self.assertFalse([e for e in self.read_events() if e[0] == "worker"])
+        self.assert_nothing_left()
+
+    def test_workers_alone_end_when_every_worker_has(self):  # scripts/farm worker
+        p = self.launch(worker_spec={"7": {"exit_after": 0.3, "status": 3}, "8": {"exit_after": 0.6}},
+                        extra=["--mode", "workers", "--learner", "tcp://h:1", "--index-base", "7"])
+        rc, err = self.finish(p)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("farm: starting 2 workers for tcp://h:1", err)
+        ev = self.read_events()
+        self.assertEqual(sorted(e[1] for e in ev if e[2] == "start"), ["7", "8"])
+        self.assertFalse([e for e in ev if e[0] == "learner"])
+        self.assertTrue(all(e[4] == "tcp://h:1" for e in ev if e[2] == "start"))
 
     def test_launcher_killed_learners_get_term(self):
         p = self.launch({}, ranks=1, workers=1)

@@ -1,8 +1,20 @@
 #!/usr/bin/env python3
-"""scripts/farm run's launcher on this machine: learners (policies x ranks) and N workers, supervised to the end.
+"""scripts/farm's launcher on this machine: learners (policies x ranks) and N workers, supervised to the end.
 
   farm_launch.py --learner-bin BIN --worker-bin BIN --config CONFIG [--resume RUN_DIR] [--workers N]
                  [--learners K] [--worker-arg ARG ...] [-- OVERRIDE ...]
+  farm_launch.py --mode learners --learner-bin BIN --config CONFIG --port P [-- OVERRIDE ...]
+  farm_launch.py --mode workers --worker-bin BIN --config CONFIG --learner L [--workers N] [--index-base B] ...
+  farm_launch.py --mode cluster --learner-bin BIN --config CONFIG --port P --announce-host ME --hostfile FILE
+                 --ssh SSH --root ROOT --build-dir DIR [--skip-build 1] [-- OVERRIDE ...]
+
+The roles (the plan's mode): run (scripts/farm run|train): learners and workers here. learners (scripts/farm
+learners): the learners alone, group g's on tcp://0.0.0.0:P+g with transport.insecure=true; one learner without
+policies is exec'd (this process becomes it); the run ends when the learners end, and INT, TERM, HUP give the
+learners' own status (0 when each stopped cleanly). workers (scripts/farm worker): workers alone for a learner
+elsewhere; the run ends when every worker has exited (the first failure's status). cluster (scripts/farm
+cluster): learners here as for learners, announced as tcp://ME:P+g, and per host of FILE one "worker", the ssh
+session running `scripts/farm worker` there.
 
 OVERRIDEs (--set key=value ...) go to every learner and worker; each --worker-arg ARG (scripts/farm's python_set)
 to every worker only. Python's standard library only: python3 is on every machine the farm runs on.
@@ -25,6 +37,7 @@ every worker failed first).
 import ctypes
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -61,7 +74,7 @@ class LaunchError(Exception):
 
 
 class Learner:
-    def __init__(self, name, argv, env, endpoint_file, policy=None, rank=0, group=""):
+    def __init__(self, name, argv, env, endpoint_file, policy=None, rank=0, group="", announce=None):
         self.name = name                    # for humans: "the learner", "policy talk's rank 1", ...
         self.argv = argv
         self.env = env                      # added to the launcher's environment
@@ -69,18 +82,23 @@ class Learner:
         self.policy = policy
         self.rank = rank
         self.group = group                  # the policy (or "" without policies): its ranks stop together
+        self.announce = announce            # the endpoint workers are given (fixed ports), else the file's
 
     def __repr__(self):
         return "Learner(%r)" % self.name
 
 
 class Plan:
-    def __init__(self, learners, workers, policies, ranks, run_dir=None):
+    def __init__(self, learners, workers, policies, ranks, run_dir=None, mode="run", worker_logs=None):
         self.learners = learners
         self.workers = workers              # one argv per worker, index i at i
         self.policies = policies            # names, [] without policies
         self.ranks = ranks
         self.run_dir = run_dir
+        # run: learners and workers here; learners: learners alone (farm learners); workers: workers alone for a
+        # remote learner (farm worker); cluster: learners here, each "worker" a host's ssh session (farm cluster)
+        self.mode = mode
+        self.worker_logs = worker_logs or [None] * len(workers)  # a line logged as worker i starts ({learner})
 
 
 def free_ports(n):
@@ -117,25 +135,64 @@ def parse_policies_plan(text):
     return run_dir, names
 
 
+def remote_worker_argv(ssh, host, i, n, config, overrides, root, build_dir, skip_build):
+    """Host i's workers over ssh: `scripts/farm worker --learner {learner:i}` from the checkout's root ROOT, worker
+    indices from i * 1000. ssh joins its arguments into one line for the remote shell: each word is quoted for it,
+    so that an override such as --set "env.options={size: 7}" arrives as one argument. -tt: closing the connection
+    hangs up the remote side, which stops its workers."""
+    words = ["scripts/farm", "worker", "--learner", "{learner:%d}" % i, config]
+    words += (["--workers", str(n)] if n else []) + list(overrides)
+    line = "cd %s && FARM_WORKER_INDEX_BASE=%d FARM_BUILD_DIR=%s" % (shlex.quote(root), i * 1000,
+                                                                    shlex.quote(build_dir))
+    line += " FARM_SKIP_BUILD=1" if skip_build else ""
+    line += "".join(" " + shlex.quote(w) for w in words)
+    return ssh.split() + ["-tt", host, line]
+
+
+def read_hosts(hostfile):
+    """HOSTFILE's lines 'HOST [WORKERS]' (# comments, blank lines skipped): [(host, workers or None)]."""
+    hosts = []
+    with open(hostfile) as f:
+        for line in f:
+            words = line.split()
+            if words and not words[0].startswith("#"):
+                hosts.append((words[0], words[1] if len(words) > 1 else None))
+    if not hosts:
+        raise LaunchError("no hosts in %s" % hostfile)
+    return hosts
+
+
 def plan(learner_bin, worker_bin, config, overrides, workers, ranks, tmp, resume=None, policies=None,
-         run_dir=None, worker_args=(), stats_dir=None, ports=None):
+         run_dir=None, worker_args=(), stats_dir=None, ports=None, mode="run", port=None, announce_host=None,
+         learner=None, index_base=0, hosts=None, remote=None):
     """The processes of a run: learners (policies x ranks) and workers, each with its argv, env, endpoint.
 
     policies: the names (farm-learner --policies-plan), [] or None without; run_dir: the plan's run directory
-    (with policies). ports: one rendezvous port per rank group (chosen here when None)."""
+    (with policies). ports: one rendezvous port per rank group (chosen here when None).
+    The roles (mode, see Plan): port P puts group g's learner on tcp://0.0.0.0:P+g with transport.insecure=true
+    (the overrides may say otherwise), announced to workers as tcp://ANNOUNCE_HOST:P+g; learner: every worker's
+    --learner (no learners here), indices from index_base; hosts [(HOST, N)] with remote (ssh, root, build_dir,
+    skip_build): one ssh session per host as worker i (remote_worker_argv)."""
     policies = list(policies or [])
     overrides = list(overrides)
     groups = policies or [None]
     if ranks > 1 and ports is None:
         ports = free_ports(len(groups))
     learners = []
-    for g, policy in enumerate(groups):
+    for g, policy in enumerate(groups if mode != "workers" else []):
         if policy is None:
             base = ["--resume", resume] + overrides if resume else ["--config", config] + overrides
         elif resume:
             base = ["--resume", os.path.join(run_dir, policy)] + overrides
         else:
             base = ["--config", config] + overrides + ["--set", "run_dir=" + run_dir, "--policy", policy]
+        announce = None
+        if port is not None:
+            insecure = ["--set", "transport.insecure=true"]
+            base = base[:2] + insecure + base[2:] if policy is None else insecure + base
+            base += ["--set", "transport.bind=tcp://0.0.0.0:%d" % (port + g)]
+            if announce_host:
+                announce = "tcp://%s:%d" % (announce_host, port + g)
         for r in range(ranks):
             suffix = "-".join(str(p) for p in (policy, r if ranks > 1 else None) if p is not None)
             endpoint = os.path.join(tmp, "endpoint" + ("-" + suffix if suffix else ""))
@@ -144,15 +201,22 @@ def plan(learner_bin, worker_bin, config, overrides, workers, ranks, tmp, resume
                 env = {"RANK": str(r), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(ports[g])}
             learners.append(Learner(learner_name(policy, r, ranks), [learner_bin] + base + ["--endpoint-file", endpoint],
-                                    env, endpoint, policy, r, policy or ""))
-    worker_argvs = []
-    for i in range(workers):
-        argv = [worker_bin, "--config", config] + overrides + list(worker_args) + ["--learner", "{learner:%d}" % i,
-                                                                                  "--index", str(i)]
+                                    env, endpoint, policy, r, policy or "", announce))
+    worker_argvs, worker_logs = [], []
+    if hosts is not None:
+        for i, (host, n) in enumerate(hosts):
+            worker_argvs.append(remote_worker_argv(remote["ssh"], host, i, n, config, overrides, remote["root"],
+                                                   remote["build_dir"], remote["skip_build"]))
+            worker_logs.append("workers on %s%s -> {learner}" % (host, " (%s)" % n if n else ""))
+        workers = 0
+    for i in range(workers if mode != "learners" else 0):
+        argv = [worker_bin, "--config", config] + overrides + list(worker_args) + [
+            "--learner", learner or "{learner:%d}" % i, "--index", str(index_base + i)]
         if stats_dir:
             argv += ["--stats-file", os.path.join(stats_dir, "worker-%d.json" % i)]
         worker_argvs.append(argv)
-    return Plan(learners, worker_argvs, policies, ranks, run_dir)
+        worker_logs.append(None)
+    return Plan(learners, worker_argvs, policies, ranks, run_dir, mode, worker_logs)
 
 
 def worker_endpoints(the_plan, endpoints, i):
@@ -168,8 +232,10 @@ def worker_endpoints(the_plan, endpoints, i):
 
 
 def worker_argv(the_plan, endpoints, i):
+    if not the_plan.learners:  # workers alone: their --learner is given
+        return list(the_plan.workers[i])
     value = worker_endpoints(the_plan, endpoints, i)
-    return [value if a == "{learner:%d}" % i else a for a in the_plan.workers[i]]
+    return [a.replace("{learner:%d}" % i, value) for a in the_plan.workers[i]]
 
 
 def may_have_policies(config, overrides):
@@ -292,25 +358,54 @@ class Supervisor:
                 return self._run()
             except Interrupted:
                 self.stop_all(term_learners=True)
-                return 128 + self.signum
+                return self._signal_status()
             except LaunchError:
                 self.stop_all(term_learners=True)
                 raise
         except Interrupted:  # a second signal while stopping: everything was killed
             self.stop_all(term_learners=True, patient=False)
-            return 128 + self.signum
+            return self._signal_status()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _signal_status(self):
+        """The status after INT, TERM or HUP: 128 + N; for learners alone (a container's main process), the
+        learners' own (the first non-zero, 0 when each stopped cleanly), as a single learner's would be."""
+        if self.plan.mode == "learners":
+            return next((self.status[p] for p in self.learners if self.status.get(p)), 0)
+        return 128 + self.signum
 
     def _run(self):
         for learner in self.plan.learners:
             self.learners.append(self._start(learner.argv, learner.env, pdeathsig=True))
         endpoints = self._wait_endpoints()
+        endpoints = [l.announce or e for l, e in zip(self.plan.learners, endpoints)]
         self._log_start(endpoints)
         for i in range(len(self.plan.workers)):
-            self.workers.append(self._start(worker_argv(self.plan, endpoints, i)))
+            argv = worker_argv(self.plan, endpoints, i)
+            if self.plan.worker_logs[i]:
+                log(self.plan.worker_logs[i].replace("{learner}", worker_endpoints(self.plan, endpoints, i)))
+            self.workers.append(self._start(argv))
+        if not self.learners:
+            return self._workers_alone()
         return self._supervise()
+
+    def _workers_alone(self):
+        """Workers for a learner elsewhere: until every one has exited; the first failure's status, else 0."""
+        rc = 0
+        left = list(self.workers)
+        while left:
+            for w in list(left):
+                st = self._poll(w)
+                if st is not None:
+                    left.remove(w)
+                    if st != 0:
+                        log("worker (pid %d) exited with status %d" % (w.pid, st))
+                        rc = rc or st
+            if left:
+                self._sleep()
+        return rc
 
     def _wait_endpoints(self):
         deadline = time.monotonic() + self.endpoint_timeout_s
@@ -338,6 +433,13 @@ class Supervisor:
 
     def _log_start(self, endpoints):
         n, k, pl = len(self.plan.workers), self.plan.ranks, self.plan
+        if pl.mode == "learners":
+            port = pl.learners[0].announce.rsplit(":", 1)[1]
+            log("learners on %s; workers connect with --learner tcp://HOST:%s" % (
+                ",".join("%s=%s" % (name, e) for name, e in zip(pl.policies, endpoints)), port))
+            return
+        if pl.mode != "run":  # cluster: each host's line; workers alone: main's
+            return
         if not pl.policies:
             if k == 1:
                 log("learner on %s; starting %d workers" % (endpoints[0], n))
@@ -526,9 +628,14 @@ class Supervisor:
 
 
 def parse_args(argv):
-    opts = {"resume": None, "workers": 1, "learners": 1, "worker_args": [], "overrides": []}
+    opts = {"resume": None, "workers": 1, "learners": 1, "worker_args": [], "overrides": [], "mode": "run",
+            "port": None, "announce_host": None, "learner": None, "index_base": "0", "hostfile": None,
+            "ssh": "ssh", "root": None, "build_dir": None, "skip_build": ""}
     names = {"--learner-bin": "learner_bin", "--worker-bin": "worker_bin", "--config": "config",
-             "--resume": "resume", "--workers": "workers", "--learners": "learners"}
+             "--resume": "resume", "--workers": "workers", "--learners": "learners", "--mode": "mode",
+             "--port": "port", "--announce-host": "announce_host", "--learner": "learner",
+             "--index-base": "index_base", "--hostfile": "hostfile", "--ssh": "ssh", "--root": "root",
+             "--build-dir": "build_dir", "--skip-build": "skip_build"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -544,11 +651,17 @@ def parse_args(argv):
         else:
             raise LaunchError("farm_launch.py: unknown argument '%s'" % a)
         i += 2
-    for key in ("learner_bin", "worker_bin", "config"):
-        if key not in opts:
+    mode = opts["mode"]
+    if mode not in ("run", "learners", "workers", "cluster"):
+        raise LaunchError("farm_launch.py: --mode: run, learners, workers or cluster, not '%s'" % mode)
+    need = {"run": ("learner_bin", "worker_bin"), "learners": ("learner_bin", "port"), "cluster":
+            ("learner_bin", "port", "announce_host", "hostfile", "root", "build_dir"),
+            "workers": ("worker_bin", "learner")}[mode]
+    for key in need + ("config",):
+        if opts.get(key) is None:
             raise LaunchError("farm_launch.py: --%s is required" % key.replace("_", "-"))
-    opts["workers"] = int(opts["workers"])
-    opts["learners"] = int(opts["learners"])
+    for key in ("workers", "learners", "index_base") + (("port",) if opts["port"] is not None else ()):
+        opts[key] = int(opts[key])
     return opts
 
 
@@ -556,15 +669,40 @@ def main(argv):
     tmp = None
     try:
         opts = parse_args(argv)
-        run_dir, policies = policies_plan(opts["learner_bin"], opts["config"], opts["overrides"], opts["resume"])
+        mode, port = opts["mode"], opts["port"]
+        run_dir, policies = None, []
+        if mode != "workers":
+            run_dir, policies = policies_plan(opts["learner_bin"], opts["config"], opts["overrides"],
+                                              opts["resume"])
         k = opts["learners"]
         if policies:
-            log("run directory %s; %d policies: %s (%s)" % (run_dir, len(policies), " ".join(policies),
-                "one learner each" if k == 1 else "%d learner ranks each" % k))
+            if port is not None and port + len(policies) - 1 > 65535:
+                raise LaunchError("--port %d: %d policies need ports %d to %d, past 65535" % (
+                    port, len(policies), port, port + len(policies) - 1))
+            log("run directory %s; %d policies: %s (%s%s)" % (run_dir, len(policies), " ".join(policies),
+                "one learner each" if k == 1 else "%d learner ranks each" % k,
+                ", ports %d to %d" % (port, port + len(policies) - 1) if port is not None else ""))
+        hosts = read_hosts(opts["hostfile"]) if mode == "cluster" else None
         tmp = tempfile.mkdtemp(prefix="farm.")
-        the_plan = plan(opts["learner_bin"], opts["worker_bin"], opts["config"], opts["overrides"], opts["workers"],
-                        k, tmp, resume=opts["resume"], policies=policies, run_dir=run_dir,
-                        worker_args=opts["worker_args"], stats_dir=os.environ.get("FARM_WORKER_STATS_DIR") or None)
+        the_plan = plan(opts["learner_bin"] if mode != "workers" else None, opts.get("worker_bin"), opts["config"],
+                        opts["overrides"], opts["workers"], k, tmp, resume=opts["resume"], policies=policies,
+                        run_dir=run_dir, worker_args=opts["worker_args"],
+                        stats_dir=(os.environ.get("FARM_WORKER_STATS_DIR") or None) if mode == "run" else None,
+                        mode=mode, port=port, learner=opts["learner"], index_base=opts["index_base"],
+                        announce_host="0.0.0.0" if mode == "learners" else opts["announce_host"], hosts=hosts,
+                        remote={"ssh": opts["ssh"], "root": opts["root"], "build_dir": opts["build_dir"],
+                                "skip_build": bool(opts["skip_build"])})
+        if mode == "learners" and not policies:
+            # One learner: this process becomes it (its signals, its status), without an endpoint file.
+            shutil.rmtree(tmp, ignore_errors=True)
+            argv = the_plan.learners[0].argv[:-2]
+            os.execv(argv[0], argv)
+        if mode == "cluster" and not policies:
+            # Plain TCP on every interface (the hosts' network must be trusted) unless the overrides turn on CURVE.
+            log("learner on tcp://0.0.0.0:%d (transport.insecure=true unless overridden; see docs/OPERATIONS.md)"
+                % port)
+        if mode == "workers":
+            log("starting %d workers for %s" % (opts["workers"], opts["learner"]))
         if k > 1:
             ports = sorted({l.env["MASTER_PORT"] for l in the_plan.learners})
             log("%d learner ranks%s (rendezvous at 127.0.0.1:%s)" % (
