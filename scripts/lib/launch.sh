@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Shell functions shared by the launchers (scripts/farm, scripts/slurm/farm.sbatch). Sourced, not run; the caller
-# defines die MESSAGE (prints it, exits non-zero).
+# Shell functions for scripts/slurm/farm.sbatch (scripts/farm launches through scripts/lib/farm_launch.py). Sourced,
+# not run; the caller defines die MESSAGE (prints it, exits non-zero).
 
 # wait_endpoint FILE PID WHAT [SECONDS]: until the learner started as the background job PID (WHAT names it: a
 # process, or an srun step of learners) has written its endpoint to FILE, at most SECONDS (120); dies, naming WHAT
