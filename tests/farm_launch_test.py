@@ -223,6 +223,15 @@ class PlanTest(unittest.TestCase):
         self.assertIn("--workers", fl.worker_argv(p, eps, 0)[5])
         self.assertEqual(p.worker_logs, ["workers on alpha (1) -> {learner}", "workers on beta -> {learner}"])
 
+    def test_ranks_of_one_slurm_node(self):  # scripts/slurm/farm.sbatch: node 1 of 2, 2 ranks per policy each
+        p = self.make(ranks=2, ports=[7000, 7001], rank_base=2, world_size=4, master_addr="head",
+                      policies=["a", "b"], run_dir="/r", workers=2, index_base=2)
+        self.assertEqual([(l.env["RANK"], l.env["LOCAL_RANK"], l.env["WORLD_SIZE"], l.env["MASTER_ADDR"],
+                           l.env["MASTER_PORT"]) for l in p.learners],
+                         [("2", "0", "4", "head", "7000"), ("3", "1", "4", "head", "7000"),
+                          ("2", "0", "4", "head", "7001"), ("3", "1", "4", "head", "7001")])
+        self.assertEqual(fl.worker_argv(p, ["e0", "e1", "e2", "e3"], 1)[-4:], ["--learner", "a=e1,b=e3", "--index", "3"])
+
     def test_policies_plan_output(self):
         self.assertEqual(fl.parse_policies_plan("run_dir /r\npolicy a\npolicy b\n"), ("/r", ["a", "b"]))
         self.assertEqual(fl.parse_policies_plan(""), (None, []))

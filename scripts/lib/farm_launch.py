@@ -7,6 +7,8 @@
   farm_launch.py --mode workers --worker-bin BIN --config CONFIG --learner L [--workers N] [--index-base B] ...
   farm_launch.py --mode cluster --learner-bin BIN --config CONFIG --port P --announce-host ME --hostfile FILE
                  --ssh SSH --root ROOT --build-dir DIR [--skip-build 1] [-- OVERRIDE ...]
+  farm_launch.py --mode slurm --learner-bin BIN --worker-bin BIN --config CONFIG --port P --announce-host HEAD
+                 --workers N [--learners L --master-port M] [--policies A,B --run-dir RUN] [-- OVERRIDE ...]
 
 The roles (the plan's mode): run (scripts/farm run|train): learners and workers here. learners (scripts/farm
 learners): the learners alone, group g's on tcp://0.0.0.0:P+g with transport.insecure=true; one learner without
@@ -14,7 +16,8 @@ policies is exec'd (this process becomes it); the run ends when the learners end
 learners' own status (0 when each stopped cleanly). workers (scripts/farm worker): workers alone for a learner
 elsewhere; the run ends when every worker has exited (the first failure's status). cluster (scripts/farm
 cluster): learners here as for learners, announced as tcp://ME:P+g, and per host of FILE one "worker", the ssh
-session running `scripts/farm worker` there.
+session running `scripts/farm worker` there. slurm (scripts/slurm/farm.sbatch, one task per node of an srun step):
+see slurm_main.
 
 OVERRIDEs (--set key=value ...) go to every learner and worker; each --worker-arg ARG (scripts/farm's python_set)
 to every worker only. Python's standard library only: python3 is on every machine the farm runs on.
@@ -164,7 +167,8 @@ def read_hosts(hostfile):
 
 def plan(learner_bin, worker_bin, config, overrides, workers, ranks, tmp, resume=None, policies=None,
          run_dir=None, worker_args=(), stats_dir=None, ports=None, mode="run", port=None, announce_host=None,
-         learner=None, index_base=0, hosts=None, remote=None):
+         learner=None, index_base=0, hosts=None, remote=None, rank_base=0, world_size=None,
+         master_addr="127.0.0.1"):
     """The processes of a run: learners (policies x ranks) and workers, each with its argv, env, endpoint.
 
     policies: the names (farm-learner --policies-plan), [] or None without; run_dir: the plan's run directory
@@ -172,7 +176,8 @@ def plan(learner_bin, worker_bin, config, overrides, workers, ranks, tmp, resume
     The roles (mode, see Plan): port P puts group g's learner on tcp://0.0.0.0:P+g with transport.insecure=true
     (the overrides may say otherwise), announced to workers as tcp://ANNOUNCE_HOST:P+g; learner: every worker's
     --learner (no learners here), indices from index_base; hosts [(HOST, N)] with remote (ssh, root, build_dir,
-    skip_build): one ssh session per host as worker i (remote_worker_argv)."""
+    skip_build): one ssh session per host as worker i (remote_worker_argv). rank_base, world_size, master_addr:
+    this machine's ranks are rank_base .. rank_base + K - 1 of world_size (one node of a Slurm job)."""
     policies = list(policies or [])
     overrides = list(overrides)
     groups = policies or [None]
@@ -198,8 +203,8 @@ def plan(learner_bin, worker_bin, config, overrides, workers, ranks, tmp, resume
             endpoint = os.path.join(tmp, "endpoint" + ("-" + suffix if suffix else ""))
             env = {}
             if ranks > 1:
-                env = {"RANK": str(r), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(ports[g])}
+                env = {"RANK": str(rank_base + r), "WORLD_SIZE": str(world_size or ranks), "LOCAL_RANK": str(r),
+                       "MASTER_ADDR": master_addr, "MASTER_PORT": str(ports[g])}
             learners.append(Learner(learner_name(policy, r, ranks), [learner_bin] + base + ["--endpoint-file", endpoint],
                                     env, endpoint, policy, r, policy or "", announce))
     worker_argvs, worker_logs = [], []
@@ -630,12 +635,14 @@ class Supervisor:
 def parse_args(argv):
     opts = {"resume": None, "workers": 1, "learners": 1, "worker_args": [], "overrides": [], "mode": "run",
             "port": None, "announce_host": None, "learner": None, "index_base": "0", "hostfile": None,
-            "ssh": "ssh", "root": None, "build_dir": None, "skip_build": ""}
+            "ssh": "ssh", "root": None, "build_dir": None, "skip_build": "", "run_dir": None, "policies": None,
+            "master_port": None}
     names = {"--learner-bin": "learner_bin", "--worker-bin": "worker_bin", "--config": "config",
              "--resume": "resume", "--workers": "workers", "--learners": "learners", "--mode": "mode",
              "--port": "port", "--announce-host": "announce_host", "--learner": "learner",
              "--index-base": "index_base", "--hostfile": "hostfile", "--ssh": "ssh", "--root": "root",
-             "--build-dir": "build_dir", "--skip-build": "skip_build"}
+             "--build-dir": "build_dir", "--skip-build": "skip_build", "--run-dir": "run_dir",
+             "--policies": "policies", "--master-port": "master_port"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -648,27 +655,65 @@ def parse_args(argv):
             opts["worker_args"].append(argv[i + 1])
         elif a in names:
             opts[names[a]] = argv[i + 1]
+            opts["given_" + names[a]] = True
         else:
             raise LaunchError("farm_launch.py: unknown argument '%s'" % a)
         i += 2
     mode = opts["mode"]
-    if mode not in ("run", "learners", "workers", "cluster"):
-        raise LaunchError("farm_launch.py: --mode: run, learners, workers or cluster, not '%s'" % mode)
+    if mode not in ("run", "learners", "workers", "cluster", "slurm"):
+        raise LaunchError("farm_launch.py: --mode: run, learners, workers, cluster or slurm, not '%s'" % mode)
     need = {"run": ("learner_bin", "worker_bin"), "learners": ("learner_bin", "port"), "cluster":
             ("learner_bin", "port", "announce_host", "hostfile", "root", "build_dir"),
-            "workers": ("worker_bin", "learner")}[mode]
+            "workers": ("worker_bin", "learner"), "slurm": ("learner_bin", "worker_bin", "port", "announce_host")}[mode]
     for key in need + ("config",):
         if opts.get(key) is None:
             raise LaunchError("farm_launch.py: --%s is required" % key.replace("_", "-"))
-    for key in ("workers", "learners", "index_base") + (("port",) if opts["port"] is not None else ()):
+    for key in ("workers", "learners", "index_base") + (("port",) if opts["port"] is not None else ()) + (
+            ("master_port",) if opts["master_port"] is not None else ()):
         opts[key] = int(opts[key])
     return opts
+
+
+def slurm_main(opts):
+    """One task per node of an srun step (scripts/slurm/farm.sbatch): SLURM_NODEID, SLURM_STEP_NUM_NODES say which.
+    Without ranks (no --learners): node 0 runs the learners, group g's on tcp://0.0.0.0:P+g announced as
+    tcp://HEAD:P+g, and its workers; the other nodes workers alone for tcp://HEAD:P (a single endpoint reaches the
+    i-th policy's learner on its port + i). With --learners L: every node runs L ranks of each group (global ranks
+    node x L + r of nodes x L, rendezvous at HEAD:MASTER_PORT + g) and its workers, worker i on local rank i % L.
+    Worker indices: node x N + i. --policies and --run-dir: the batch script's --policies-plan, asked once."""
+    node = int(os.environ.get("SLURM_NODEID", "0"))
+    nodes = int(os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1")
+    for var in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"):  # farm-learner would read ranks there
+        os.environ.pop(var, None)
+    policies = [p for p in (opts["policies"] or "").split(",") if p]
+    ranked = opts.get("given_learners", False)
+    k, n, head, port = opts["learners"], opts["workers"], opts["announce_host"], opts["port"]
+    common = dict(learner_bin=opts["learner_bin"], worker_bin=opts["worker_bin"], config=opts["config"],
+                  overrides=opts["overrides"], workers=n, resume=None, policies=policies, run_dir=opts["run_dir"],
+                  worker_args=opts["worker_args"], index_base=node * n)
+    tmp = tempfile.mkdtemp(prefix="farm.")
+    try:
+        if ranked:
+            mp = opts["master_port"] or port + 1000
+            the_plan = plan(ranks=k, tmp=tmp, ports=[mp + g for g in range(max(1, len(policies)))],
+                            rank_base=node * k, world_size=nodes * k, master_addr=head, **common)
+        elif node == 0:
+            the_plan = plan(ranks=1, tmp=tmp, port=port, announce_host=head, **common)
+        else:
+            the_plan = plan(ranks=1, tmp=tmp, mode="workers", learner="tcp://%s:%d" % (head, port), **common)
+            log("node %d: starting %d workers for tcp://%s:%d" % (node, n, head, port))
+        sup = Supervisor(the_plan, endpoint_timeout_s=120.0)
+        return sup.run()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv):
     tmp = None
     try:
         opts = parse_args(argv)
+        if opts["mode"] == "slurm":
+            return slurm_main(opts)
         mode, port = opts["mode"], opts["port"]
         run_dir, policies = None, []
         if mode != "workers":
