@@ -9,15 +9,17 @@
 #     update and a summary whose stop_reason names SIGTERM;
 #  3. one worker task killed (kill -9) inside the job: the learner drops it and trains on with the other to
 #     the run's step budget, and the job ends COMPLETED;
-#  4. FARM_LEARNERS_PER_NODE=2: two learner ranks as one step of two tasks, the workers spread over them, train
+#  4. FARM_LEARNERS_PER_NODE=2: two learner ranks started by the node's launcher, the workers spread over them, train
 #     CartPole to its target with rank 0 writing the run;
-#  5. a config with two policies (uav_coverage, UAVs 0-1 and 2-3): a learner step of two tasks, one learner per
+#  5. a config with two policies (uav_coverage, UAVs 0-1 and 2-3): one learner per
 #     policy on FARM_PORT and FARM_PORT + 1, every worker reaching both; each policy trains in RUN/NAME to the run's
 #     step budget with every worker, and the job ends COMPLETED;
-#  6. a worker step that fails (every worker exits at start) while the learner waits: the learner is stopped
-#     after its grace (a summary naming SIGTERM) and the job ends FAILED, not at its time limit;
-#  7. the time limit's TERM to the batch script (scancel --batch --signal=TERM): the learner step's tasks are
+#  6. workers that all fail (every worker exits at start) while the learner waits: the launcher stops the learner
+#     (a summary naming SIGTERM) and the job ends FAILED, not at its time limit;
+#  7. the time limit's TERM to the batch script (scancel --batch --signal=TERM): the launcher step's tasks are
 #     asked to stop through Slurm, and the learner writes a final checkpoint and a summary naming SIGTERM.
+#  8. FARM_LEARNERS_PER_NODE=2 with a config of two policies: two ranks per policy, each policy's run written by
+#     its rank 0, and the job ends COMPLETED.
 # Exit status 77 (said so) only when the daemons cannot run here (not root, or they exit at start).
 # Usage: slurm_test.sh BUILD_DIR
 build_dir="$(cd "$1" && pwd)"
@@ -179,7 +181,7 @@ t0=$SECONDS
 submit farm-kill configs/cartpole.yaml --set name=kill --set total_env_steps=300000 --set stop_at_target=false \
   --set transport.heartbeat_timeout_s=3
 wait_rows kill 3
-victim="$(pgrep -f -- "farm-worker --config configs/cartpole.yaml --learner .* --index 1 .*name=kill" || true)"
+victim="$(pgrep -f -- "farm-worker --config configs/cartpole.yaml .*name=kill.* --learner .* --index 1\$" || true)"
 [ -n "$victim" ] || { ps -ef | grep farm- >&2; fail "no worker task with --index 1 in job $job"; }
 kill -9 $victim
 wait_state "$job" COMPLETED 240
@@ -257,9 +259,9 @@ assert max(steps) >= 20000 and min(steps) >= 20000 - 2 * 20 * 4 * cores, steps
 PY
 echo "ok: job $job trained two policies, a learner each, and ended COMPLETED ($((SECONDS - t0)) s)"
 
-# 6. The worker step fails (every worker exits at start, as with an env the compute nodes cannot load: a stand-in
+# 6. The workers fail (every worker exits at start, as with an env the compute nodes cannot load: a stand-in
 #    farm-worker that exits 3) while the learner waits for workers: the job does not hold its allocation to the
-#    time limit. The learner is given its grace, then stopped (a summary naming SIGTERM), and the job ends FAILED.
+#    time limit. The launcher stops the learner (a summary naming SIGTERM), and the job ends FAILED.
 t0=$SECONDS
 broken="$tmp/broken_build"
 mkdir -p "$broken/learner" "$broken/worker"
@@ -268,8 +270,8 @@ printf '#!/bin/sh\necho "stand-in farm-worker: cannot load the env" >&2\nexit 3\
 chmod +x "$broken/worker/farm-worker"
 FARM_BUILD_DIR="$broken" submit farm-broken configs/cartpole.yaml --set name=broken
 wait_state "$job" FAILED 150
-grep -F "the worker step exited with status 3" "farm-$job.out" > /dev/null &&
-  grep -F "the learner did not end within" "farm-$job.out" > /dev/null ||
+grep -E "worker \(pid [0-9]+\) exited with status 3" "farm-$job.out" > /dev/null &&
+  grep -F "every worker has exited; stopping the learners" "farm-$job.out" > /dev/null ||
   { cat "farm-$job.out"; fail "job $job's output does not say the worker step failed and the learner was stopped"; }
 run="$(run_of broken)"
 python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
@@ -278,7 +280,7 @@ s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
 print("  summary:", json.dumps({k: s.get(k) for k in ("env_steps", "workers_joined", "stop_reason")}))
 assert "SIGTERM" in s["stop_reason"] and s["env_steps"] == 0 and s["workers_joined"] == 0, s
 PY
-echo "ok: job $job, whose worker step failed, stopped its learner and ended FAILED ($((SECONDS - t0)) s)"
+echo "ok: job $job, whose workers failed, stopped its learner and ended FAILED ($((SECONDS - t0)) s)"
 
 # 7. The time limit's signal (--signal=B:TERM@120 goes to the batch script only; scancel --batch --signal=TERM sends
 #    the same): the script asks the learner step's tasks to stop through Slurm, and the learner writes a final
@@ -292,3 +294,33 @@ grep -F "forcing job termination" "farm-$job.out" > /dev/null && { cat "farm-$jo
 run="$(run_of limit)"
 stopped_by_term "$run"
 echo "ok: job $job, its script sent TERM as at the time limit, ended $(state "$job") with a final checkpoint ($((SECONDS - t0)) s)"
+
+# 8. Two policies x two learner ranks (FARM_LEARNERS_PER_NODE=2 with configs/uav_teams.yaml, shrunk): the node's
+#    launcher starts four learners (each policy's ranks on a rendezvous port of its own, FARM_RANK_PORT + i), each
+#    worker reaching rank i % 2 of both; the job ends COMPLETED, each policy's RUN/NAME holding rank 0's summary
+#    (world_size 2) and final checkpoint.
+t0=$SECONDS
+job="$(FARM_PORT="$(free_port 2)" FARM_RANK_PORT="$(free_port 2)" FARM_LEARNERS_PER_NODE=2 sbatch --parsable \
+  --nodes=1 --job-name=farm-pxr scripts/slurm/farm.sbatch configs/uav_teams.yaml --set name=pxr \
+  --set total_env_steps=3000 --set env.num_envs=2 --set env.options.grid=16 --set env.options.obstacles=5 \
+  --set env.options.max_steps=50 --set ppo.rollout_length=16 --set "ppo.hidden_sizes=[32, 32]" \
+  --set ppo.update_epochs=1 --set ppo.num_minibatches=1 --set learner.progress_interval_s=100)"
+jobs+=("$job")
+wait_state "$job" COMPLETED 300
+run="$(run_of pxr)"
+[ -n "$run" ] || fail "job $job left no runs/pxr-* in the submit directory"
+grep -q "2 learner ranks (2 on each of 1 nodes)" "farm-$job.out" && grep -q "2 policies: team_a team_b" "farm-$job.out" ||
+  { cat "farm-$job.out"; fail "the script did not start 2 ranks of 2 policies"; }
+python3 - "$run" <<'PY' || { tail -n 30 "farm-$job.out"; exit 1; }
+import json, os, sys
+run = sys.argv[1]
+for name in ("team_a", "team_b"):
+    s = json.load(open(os.path.join(run, name, "summary.json")))
+    print(f"  {name}:", json.dumps({k: s.get(k) for k in ("env_steps", "world_size", "rank", "stop_reason")}))
+    assert s["world_size"] == 2 and s["rank"] == 0, s
+    assert s["ranks"][0]["checksum"] == s["ranks"][1]["checksum"], s["ranks"]
+    latest = open(os.path.join(run, name, "checkpoints", "latest")).read().strip()
+    assert latest == "ckpt-%08d.pt" % s["updates"], (latest, s["updates"])
+    assert os.path.isdir(os.path.join(run, name, "ranks", "rank1")), "no rank 1 directory"
+PY
+echo "ok: job $job trained 2 policies x 2 learner ranks and ended COMPLETED ($((SECONDS - t0)) s)"
