@@ -580,12 +580,15 @@ class Supervisor:
         while self._running(self.workers) and time.monotonic() < deadline:
             self._sleep()
         alive = self._running(self.workers)
-        if alive:
-            if not quiet:
-                log("stopping %d workers" % len(alive))
-            for w in alive:
-                self._signal(w, signal.SIGTERM)
-        deadline = time.monotonic() + WORKER_KILL_S
+        if alive and not quiet:
+            log("stopping %d workers" % len(alive))
+        self._end_workers(WORKER_KILL_S)
+
+    def _end_workers(self, kill_after_s):
+        """TERM to every worker still running, KILL to those left after kill_after_s; every worker reaped."""
+        for w in self._running(self.workers):
+            self._signal(w, signal.SIGTERM)
+        deadline = time.monotonic() + kill_after_s
         while self._running(self.workers) and time.monotonic() < deadline:
             self._sleep()
         for w in self._running(self.workers):
@@ -616,16 +619,7 @@ class Supervisor:
         for p in self.learners:
             p.wait()
             self._poll(p)
-        for w in self._running(self.workers):
-            self._signal(w, signal.SIGTERM)
-        deadline = time.monotonic() + (WORKER_KILL_S if patient else 0)
-        while self._running(self.workers) and time.monotonic() < deadline:
-            self._sleep()
-        for w in self._running(self.workers):
-            self._signal(w, signal.SIGKILL)
-        for w in self.workers:
-            w.wait()
-            self._poll(w)
+        self._end_workers(WORKER_KILL_S if patient else 0)
 
 
 # ----------------------------------------------------------------------------------------------------------------
