@@ -237,6 +237,26 @@ TEST_CASE("a rollout in which no row acts moves no parameter", "[active]") {
   CHECK(stats.grad_norm == 0);
 }
 
+// Two policies with the same parameters, a box or a discrete head on a 3-dim box observation.
+std::pair<ActorCritic, ActorCritic> TwinPolicies(bool box) {
+  const Space obs = Space::Box({3}, {-1}, {1});
+  const Space act = box ? Space::Box({2}, {-1}, {1}) : Space::Discrete(3);
+  ActorCritic a(obs, act, std::vector<int>{16, 16});
+  ActorCritic b(obs, act, std::vector<int>{16, 16});
+  b->CopyFrom(*a);
+  return {a, b};
+}
+
+// A T x N rollout acted by `policy` in which about a quarter of the rows acted (row 0 of step 0 always). A left-out
+// row's log-prob may be anything, an inf included: it must reach neither loss nor gradient.
+Rollout QuarterActingRollout(ActorCritic& policy, int64_t T, int64_t N) {
+  Rollout r = testing::ActedRollout(policy, torch::randn({T * N, 3}), {}, T, N);
+  r.active = (torch::rand({T, N}) < 0.25).to(torch::kFloat32);
+  r.active[0][0] = 1;
+  r.logp = torch::where(r.active > 0, r.logp, torch::full_like(r.logp, -std::numeric_limits<float>::infinity()));
+  return r;
+}
+
 TEST_CASE("the fused update with finished agents is the LibTorch update, minibatches with no acting row included",
           "[active][fused]") {
   // Box and discrete heads; 8 minibatches of 4 rows of which three quarters finished, so that some minibatches have
@@ -250,16 +270,9 @@ TEST_CASE("the fused update with finished agents is the LibTorch update, minibat
     INFO((box ? "box actions" : "discrete actions") << ", seed " << seed);
     torch::manual_seed(seed);
     const int64_t T = 8, N = 4;
-    const Space obs = Space::Box({3}, {-1}, {1});
-    const Space act = box ? Space::Box({2}, {-1}, {1}) : Space::Discrete(3);
-    ActorCritic a(obs, act, std::vector<int>{16, 16});
-    ActorCritic b(obs, act, std::vector<int>{16, 16});
-    b->CopyFrom(*a);
-    Rollout r = testing::ActedRollout(a, torch::randn({T * N, 3}), {}, T, N);
-    r.active = (torch::rand({T, N}) < 0.25).to(torch::kFloat32);
-    r.active[0][0] = 1;
-    // A left-out row's log-prob may be anything, an inf included: it must reach neither loss nor gradient.
-    r.logp = torch::where(r.active > 0, r.logp, torch::full_like(r.logp, -std::numeric_limits<float>::infinity()));
+    const auto twins = TwinPolicies(box);
+    ActorCritic a = twins.first, b = twins.second;
+    const Rollout r = QuarterActingRollout(a, T, N);
     PpoConfig config;
     config.update_epochs = 3;
     config.num_minibatches = 8;
@@ -296,18 +309,9 @@ TEST_CASE("the graphed step with finished agents is the LibTorch update, minibat
     INFO((box ? "box actions" : "discrete actions") << ", seed " << seed);
     torch::manual_seed(seed);
     const int64_t T = 8, N = 4;
-    const Space obs = Space::Box({3}, {-1}, {1});
-    const Space act = box ? Space::Box({2}, {-1}, {1}) : Space::Discrete(3);
-    ActorCritic a(obs, act, std::vector<int>{16, 16});
-    ActorCritic b(obs, act, std::vector<int>{16, 16});
-    b->CopyFrom(*a);
-    const auto masked_rollout = [&] {
-      Rollout r = testing::ActedRollout(a, torch::randn({T * N, 3}), {}, T, N);
-      r.active = (torch::rand({T, N}) < 0.25).to(torch::kFloat32);
-      r.active[0][0] = 1;
-      r.logp = torch::where(r.active > 0, r.logp, torch::full_like(r.logp, -std::numeric_limits<float>::infinity()));
-      return r;
-    };
+    const auto twins = TwinPolicies(box);
+    ActorCritic a = twins.first, b = twins.second;
+    const auto masked_rollout = [&] { return QuarterActingRollout(a, T, N); };
     const Rollout first = masked_rollout(), second = masked_rollout();
     PpoConfig config;
     config.update_epochs = 3;
